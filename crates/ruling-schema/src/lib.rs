@@ -1,0 +1,30 @@
+//! The System One v1 contract of ruling, with no ML in sight: the wire types clients send and
+//! receive (with their JSON Schema), the validation that turns a request body into the
+//! [`ValidRequest`] engines accept, the pydantic-shaped 422 body that validation failures
+//! become, the invariants every response must hold, and the one rendering of free-form text
+//! into prompt text. Engines, the server and the evaluator all depend on this crate; it depends
+//! on no tensor library, no async runtime and no HTTP stack.
+
+mod check;
+mod error;
+mod json;
+pub mod text;
+mod valid;
+mod validate;
+pub mod wire;
+
+pub use check::{InvariantError, SUM_TOLERANCE};
+pub use error::{ErrorDetail, LocItem, ValidationErrorBody, ValidationErrors};
+pub use text::{State, Text, render_text};
+pub use valid::{
+    AssetData, ChoiceOption, QuestionKind, ValidAsset, ValidQuestion, ValidRequest, ValidState,
+};
+pub use validate::{
+    Capabilities, MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, MIN_CHOICE_OPTIONS, MIN_SCORE_LEVELS,
+    QUESTION_TYPES, parse_request, validate,
+};
+pub use wire::{
+    Answer, Asset, AssetKind, AssetSource, BoxRegion, ImageFormat, ModelInfo, ModelsList,
+    NoulCriteria, Question, SystemOneRequest, SystemOneResponse, Usage, error_schema,
+    request_schema, response_schema,
+};

@@ -1,0 +1,247 @@
+//! Free-form text as the wire carries it, and how it becomes prompt text.
+//!
+//! Instructions, criteria, score levels and the state may each be a string or structured JSON.
+//! Engines never see the JSON: they see [`render_text`]'s output, which must be byte-for-byte
+//! stable because prefix caches and calibration are keyed on the exact prompt. Objects keep
+//! the key order the client sent (`serde_json`'s `preserve_order`), and non-ASCII text stays
+//! as written so a model reads "café", not "caf\u00e9".
+
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// Renders a JSON value as prompt text: a string as is, null as nothing, anything else as
+/// pretty JSON with a two-space indent and the keys in the order given.
+pub fn render_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        Value::Bool(_) | Value::Number(_) => value.to_string(),
+        Value::Object(_) | Value::Array(_) => {
+            // Serialising a `Value` into memory has no failure mode (its keys are strings);
+            // the fallback only keeps this function total without an unwrap.
+            serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+        }
+    }
+}
+
+/// A short name for a JSON value's kind, for error messages.
+pub(crate) fn kind_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Text a client wrote for a question: a string, an object, an array or null.
+///
+/// Numbers and booleans are refused at construction so that every `Text` renders to something
+/// a client plausibly meant as prose or structure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Text(Value);
+
+impl Text {
+    /// Wraps `value` if it is a string, object, array or null; gives it back otherwise.
+    pub fn new(value: Value) -> Result<Self, Value> {
+        match value {
+            Value::String(_) | Value::Object(_) | Value::Array(_) | Value::Null => Ok(Self(value)),
+            other => Err(other),
+        }
+    }
+
+    /// The null text, which renders as nothing.
+    pub fn null() -> Self {
+        Self(Value::Null)
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.0.is_null()
+    }
+
+    pub fn as_value(&self) -> &Value {
+        &self.0
+    }
+
+    pub fn into_value(self) -> Value {
+        self.0
+    }
+
+    /// The prompt text, as [`render_text`] renders it.
+    pub fn render(&self) -> String {
+        render_text(&self.0)
+    }
+}
+
+impl From<&str> for Text {
+    fn from(s: &str) -> Self {
+        Self(Value::String(s.to_owned()))
+    }
+}
+
+impl From<String> for Text {
+    fn from(s: String) -> Self {
+        Self(Value::String(s))
+    }
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Text::new(value).map_err(|v| {
+            serde::de::Error::custom(format!(
+                "expected a string, object, array or null, got {}",
+                kind_name(&v)
+            ))
+        })
+    }
+}
+
+impl JsonSchema for Text {
+    fn schema_name() -> Cow<'static, str> {
+        "Text".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Free text: a string, or JSON (object or array) rendered as pretty JSON; null renders as nothing.",
+            "type": ["string", "object", "array", "null"]
+        })
+    }
+}
+
+/// The content questions are asked about: a string, an object or an array.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct State(Value);
+
+impl State {
+    /// Wraps `value` if it is a string, object or array; gives it back otherwise.
+    pub fn new(value: Value) -> Result<Self, Value> {
+        match value {
+            Value::String(_) | Value::Object(_) | Value::Array(_) => Ok(Self(value)),
+            other => Err(other),
+        }
+    }
+
+    pub fn as_value(&self) -> &Value {
+        &self.0
+    }
+
+    pub fn into_value(self) -> Value {
+        self.0
+    }
+
+    /// The prompt text of the state, as [`render_text`] renders it.
+    pub fn render(&self) -> String {
+        render_text(&self.0)
+    }
+}
+
+impl From<&str> for State {
+    fn from(s: &str) -> Self {
+        Self(Value::String(s.to_owned()))
+    }
+}
+
+impl From<String> for State {
+    fn from(s: String) -> Self {
+        Self(Value::String(s))
+    }
+}
+
+impl<'de> Deserialize<'de> for State {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        State::new(value).map_err(|v| {
+            serde::de::Error::custom(format!(
+                "expected a string, object or array, got {}",
+                kind_name(&v)
+            ))
+        })
+    }
+}
+
+impl JsonSchema for State {
+    fn schema_name() -> Cow<'static, str> {
+        "State".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "The content the questions are about: a string, or JSON (object or array) rendered as pretty JSON.",
+            "type": ["string", "object", "array"]
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[test]
+    fn strings_render_as_is_and_null_as_nothing() {
+        assert_eq!(render_text(&json!("Is it raining?")), "Is it raining?");
+        assert_eq!(render_text(&Value::Null), "");
+    }
+
+    #[test]
+    fn objects_keep_key_order_two_space_indent_and_non_ascii() {
+        let value: Value = serde_json::from_str(r#"{"zeta": "café", "alpha": [1, "日本"]}"#)
+            .expect("literal JSON parses");
+        assert_eq!(
+            render_text(&value),
+            "{\n  \"zeta\": \"café\",\n  \"alpha\": [\n    1,\n    \"日本\"\n  ]\n}"
+        );
+    }
+
+    #[test]
+    fn text_refuses_numbers_and_booleans() {
+        assert!(Text::new(json!(3)).is_err());
+        assert!(Text::new(json!(true)).is_err());
+        assert!(State::new(Value::Null).is_err());
+        assert!(serde_json::from_str::<Text>("1.5").is_err());
+        assert_eq!(
+            serde_json::from_str::<Text>("null").expect("null is text"),
+            Text::null()
+        );
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            (-1e9f64..1e9).prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec(("\\PC{0,6}", inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn rendering_is_deterministic_and_structured_text_reparses(value in arb_json()) {
+            let first = render_text(&value);
+            let second = render_text(&value.clone());
+            prop_assert_eq!(&first, &second);
+            if value.is_object() || value.is_array() {
+                let back: Value = serde_json::from_str(&first).expect("pretty JSON parses");
+                prop_assert_eq!(back, value);
+            }
+        }
+    }
+}
