@@ -1,0 +1,134 @@
+//! The logit-readout port: what a host must do for the decision logic to read a distribution.
+
+use crate::error::BackendError;
+
+/// Who speaks a chat turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl Role {
+    /// The role's name as chat templates spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One turn of a conversation handed to the model's chat template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+        }
+    }
+}
+
+/// What a backend tells the engine about itself, for limits, usage and provenance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendInfo {
+    /// The model's identity as calibration files and reports name it.
+    pub model_id: String,
+    /// The exact revision of the weights, when the source has one.
+    pub revision: Option<String>,
+    /// The longest prefix plus branch the model can attend over, in tokens.
+    pub context_length: usize,
+    /// Whether the model reads images (and so accepts assets and box questions).
+    pub vision: bool,
+}
+
+/// One question's continuation after the shared prefix, and the answer codes to read after it.
+///
+/// `tokens` end where the model is to answer: the logits read are those predicting the token
+/// that would follow the last one. `codes` are token ids, all inside the vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Branch<'a> {
+    pub tokens: &'a [u32],
+    pub codes: &'a [u32],
+}
+
+/// What one branch yields: exactly the logits of its requested codes, and how much of the
+/// full-vocabulary distribution they hold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BranchLogits {
+    /// One raw logit per requested code, in the order the codes were given.
+    pub logits: Vec<f32>,
+    /// log-sum-exp of the full-vocabulary logits at the answer position.
+    pub log_normalizer: f32,
+}
+
+impl BranchLogits {
+    /// Share of the full-vocabulary probability that fell on the requested codes.
+    ///
+    /// A low value means the restricted softmax over the codes is normalising noise: the
+    /// model wanted to say something other than a code.
+    pub fn candidate_mass(&self) -> f64 {
+        let lse = f64::from(self.log_normalizer);
+        let mass: f64 = self
+            .logits
+            .iter()
+            .map(|&l| (f64::from(l) - lse).exp())
+            .sum();
+        mass.clamp(0.0, 1.0)
+    }
+}
+
+/// A host that can run a decoder's forward pass and read answer-code logits.
+///
+/// The decision logic relies on four promises, which [`crate::verify_backend`] checks at load:
+/// rendering a conversation and splitting it at the end of the state gives a prefix of the
+/// whole render; encoding the prefix and the rest apart gives the same tokens as encoding them
+/// together; every answer code is one token where it is read; and `score_branches` returns,
+/// per branch and in order, one logit per requested code.
+pub trait Backend: Send + Sync {
+    /// An encoded prefix: on a decoder, its KV cache. Shared by every branch scored against it.
+    type Prefix: Send + Sync;
+
+    /// Identity, context length and modalities of the loaded model.
+    fn info(&self) -> &BackendInfo;
+
+    /// Render the model's chat template around `messages`, with the assistant's turn opened
+    /// (the generation prompt) and any thinking mode switched off.
+    fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, BackendError>;
+
+    /// Token ids for a text, adding no special tokens of its own (special tokens written in
+    /// the text, such as a template's turn markers, are recognised as such).
+    fn encode(&self, text: &str) -> Result<Vec<u32>, BackendError>;
+
+    /// Run the prefix through the model once, so branches can be scored against it.
+    fn encode_prefix(&self, tokens: &[u32]) -> Result<Self::Prefix, BackendError>;
+
+    /// The number of tokens an encoded prefix holds.
+    fn prefix_len(&self, prefix: &Self::Prefix) -> usize;
+
+    /// Score every branch as a continuation of `prefix`, returning one entry per branch in
+    /// the order given, each exactly as wide as that branch's `codes`.
+    fn score_branches(
+        &self,
+        prefix: &Self::Prefix,
+        branches: &[Branch<'_>],
+    ) -> Result<Vec<BranchLogits>, BackendError>;
+
+    /// Whether the chat template accepts a system turn. Templates that do not usually raise
+    /// on one, so the default asks the template itself.
+    fn accepts_system_role(&self) -> bool {
+        self.render_chat(&[
+            ChatMessage::new(Role::System, "s"),
+            ChatMessage::new(Role::User, "u"),
+        ])
+        .is_ok()
+    }
+}

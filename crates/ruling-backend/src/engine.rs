@@ -1,0 +1,49 @@
+//! The request-answering port: what the server, the evaluator and library users call.
+
+use ruling_schema::{Capabilities, SystemOneResponse, ValidRequest};
+
+use crate::error::{BackendError, ContractError};
+
+/// What an engine serves and what it accepts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineInfo {
+    /// The name the engine answers to in responses.
+    pub model: String,
+    /// What requests it can take (images, options per choice), used to validate requests
+    /// before they reach it.
+    pub capabilities: Capabilities,
+    /// The longest prefix plus branch it can attend over, in tokens.
+    pub max_context: usize,
+}
+
+/// Answers validated System One requests. Implementations are shared between threads: one
+/// loaded model serves concurrent callers.
+pub trait Engine: Send + Sync {
+    fn info(&self) -> &EngineInfo;
+
+    /// Answer every question of `request`, or refuse it whole.
+    fn evaluate(&self, request: &ValidRequest) -> Result<SystemOneResponse, EngineError>;
+}
+
+/// Why an engine could not answer a request.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The request does not fit: a branch longer than the context, or more tokens than the
+    /// per-request budget. The message contains "maximum context length", the marker clients
+    /// use to tell a capacity refusal from a failure.
+    #[error("{message}")]
+    InputTooLong {
+        question: Option<String>,
+        message: String,
+    },
+    /// The request asks for something this engine cannot do (a box question on a text model).
+    #[error("{0}")]
+    Unsupported(String),
+    /// The backend broke its contract while answering.
+    #[error(transparent)]
+    Contract(#[from] ContractError),
+    /// The backend failed while answering.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}

@@ -1,0 +1,27 @@
+//! The ports between ruling's decision logic and whatever runs a model.
+//!
+//! A [`Backend`] is a host that can run a forward pass: it renders a chat around a state,
+//! encodes text, encodes a shared prefix once and scores many short branches against it,
+//! returning only the logits of the requested answer codes at each branch's last position.
+//! An [`Engine`] answers a validated System One request. The decoder decision logic
+//! (prompting, rotations, prior subtraction, calibration) is written once over [`Backend`],
+//! so a new model family or a remote host implements only the small trait here.
+//!
+//! A backend that gets the port subtly wrong returns wrong probabilities instead of failing,
+//! so [`verify_backend`] proves the contract once at load and says which part broke.
+//!
+//! This crate depends on no tensor library, async runtime or HTTP stack.
+
+mod backend;
+mod codes;
+mod contract;
+mod engine;
+mod error;
+mod prompt;
+
+pub use backend::{Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role};
+pub use codes::{AnswerCodes, DEFAULT_CODES};
+pub use contract::{ContractReport, verify_backend};
+pub use engine::{Engine, EngineError, EngineInfo};
+pub use error::{BackendError, BoxError, ContractError};
+pub use prompt::{PromptSplit, SPLIT_MARKER, split_prompt};
