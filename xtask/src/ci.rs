@@ -1,0 +1,127 @@
+//! The whole test pipeline, one step after another, stopping at the first failure.
+//!
+//! README.md's test command and `.ci/run` both call this, so a developer and CI run exactly
+//! the same checks. Tools the pipeline needs and a fresh machine lacks (cargo-deny) are
+//! installed from crates.io on first use.
+
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+
+/// Crates that sit above no tensor library, async runtime or HTTP stack (DESIGN.md, "Layers").
+const PURE_CRATES: &[&str] = &["ruling-schema", "ruling-calibration", "ruling-backend"];
+const FORBIDDEN_IN_PURE: &[&str] = &["candle-core", "candle-nn", "tokio", "axum", "hyper"];
+
+#[derive(Debug, clap::Args)]
+pub struct CiArgs {
+    /// Skip the formatting, clippy and cargo-deny steps and only run the tests.
+    #[arg(long)]
+    tests_only: bool,
+}
+
+pub fn run(args: &CiArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    if !args.tests_only {
+        step("format", cargo(&["fmt", "--all", "--", "--check"]))?;
+        step(
+            "clippy",
+            cargo(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        )?;
+        ensure_cargo_deny()?;
+        step(
+            "cargo-deny",
+            cargo(&["deny", "--offline", "check", "licenses", "bans", "sources"]),
+        )?;
+        step_fn("dependency rules", check_pure_crates)?;
+    }
+    step("fixtures", cargo(&["xtask", "fixtures"]))?;
+    step(
+        "tests",
+        cargo(&["test", "--workspace", "--all-targets", "--no-fail-fast"]),
+    )?;
+    step("doc tests", cargo(&["test", "--workspace", "--doc"]))?;
+    eprintln!("ci: all steps passed in {:.0?}", started.elapsed());
+    Ok(())
+}
+
+fn cargo(args: &[&str]) -> Command {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command.args(args);
+    command
+}
+
+fn step(name: &str, mut command: Command) -> anyhow::Result<()> {
+    step_fn(name, || {
+        let status = command
+            .status()
+            .with_context(|| format!("could not start {command:?}"))?;
+        if !status.success() {
+            bail!("{command:?} exited with {status}");
+        }
+        Ok(())
+    })
+}
+
+fn step_fn(name: &str, body: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    eprintln!("ci: == {name} ==");
+    let started = Instant::now();
+    body().with_context(|| format!("ci step `{name}` failed"))?;
+    eprintln!("ci: {name} passed in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+fn ensure_cargo_deny() -> anyhow::Result<()> {
+    let present = cargo(&["deny", "--version"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if present {
+        return Ok(());
+    }
+    eprintln!("ci: cargo-deny is missing; installing it from crates.io (a few minutes, once)");
+    step(
+        "install cargo-deny",
+        cargo(&["install", "cargo-deny", "--locked"]),
+    )
+}
+
+/// `cargo tree` of each pure crate's normal dependencies must name none of the heavy stacks.
+fn check_pure_crates() -> anyhow::Result<()> {
+    for krate in PURE_CRATES {
+        let output = cargo(&[
+            "tree",
+            "--package",
+            krate,
+            "--edges",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .output()
+        .with_context(|| format!("could not run cargo tree for {krate}"))?;
+        if !output.status.success() {
+            bail!(
+                "cargo tree -p {krate} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let tree = String::from_utf8_lossy(&output.stdout);
+        for line in tree.lines() {
+            let name = line.split_whitespace().next().unwrap_or_default();
+            if FORBIDDEN_IN_PURE.contains(&name) {
+                bail!(
+                    "{krate} depends on {name} ({line}); DESIGN.md keeps it free of tensor, async and HTTP crates"
+                );
+            }
+        }
+        eprintln!("ci: {krate}: no tensor, async or HTTP dependency");
+    }
+    Ok(())
+}

@@ -1,0 +1,407 @@
+//! `cargo xtask fixtures`: tiny random-weight decoders in the real on-disk formats.
+//!
+//! Writes, deterministically from a seed, a trained byte-level BPE tokenizer and two tiny
+//! decoders, `tiny-llama` (SmolLM2-shaped) and `tiny-qwen2` (Qwen2.5-shaped), each as a Hugging
+//! Face directory (config.json, f32 model.safetensors, tokenizer.json, tokenizer_config.json,
+//! generation_config.json) and as a Q8_0 GGUF file converted the way llama.cpp's
+//! `convert_hf_to_gguf.py` converts. Tests of the decoder load both forms of one model and must
+//! get the same logits, so the fixtures pin down naming, rope layout, tied heads, biases and
+//! vocabulary padding without any download. `manifest.json` records every file's sha256; a run
+//! whose manifest, seed and generator version already match does nothing.
+
+mod corpus;
+mod gguf;
+mod templates;
+#[cfg(test)]
+mod tests;
+mod tokenizer;
+mod weights;
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use tokenizer::{Layout, TrainedTokenizer};
+use weights::{Arch, Spec};
+
+/// Bump whenever the bytes written for a given seed change, so stale fixtures are regenerated.
+const GENERATOR_VERSION: u32 = 1;
+const DEFAULT_SEED: u64 = 20_261_130;
+/// Ids in each trained tokenizer, special tokens included.
+const TOKENIZER_SIZE: usize = 768;
+const MANIFEST: &str = "manifest.json";
+
+/// Arguments of `cargo xtask fixtures`.
+#[derive(Debug, clap::Args)]
+pub struct FixturesArgs {
+    /// Output directory [default: fixtures/generated in the workspace].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Seed of every random choice; the same seed gives byte-identical files.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Regenerate even when the manifest says the files are current.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `manifest.json`: what a run wrote, enough to tell whether a later run can skip.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Manifest {
+    pub(crate) generator_version: u32,
+    pub(crate) seed: u64,
+    pub(crate) files: Vec<ManifestEntry>,
+}
+
+/// One generated file, its path relative to the output directory with `/` separators.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ManifestEntry {
+    pub(crate) path: String,
+    pub(crate) size: u64,
+    pub(crate) sha256: String,
+}
+
+pub fn run(args: &FixturesArgs) -> Result<()> {
+    let out = match &args.out {
+        Some(dir) => dir.clone(),
+        None => workspace_root().join("fixtures").join("generated"),
+    };
+    if !args.force && is_current(&out, args.seed)? {
+        eprintln!(
+            "fixtures: {} is current (seed {})",
+            out.display(),
+            args.seed
+        );
+        return Ok(());
+    }
+    let started = Instant::now();
+    generate(&out, args.seed, true)?;
+    eprintln!(
+        "fixtures: wrote {} in {:.2} s (seed {})",
+        out.display(),
+        started.elapsed().as_secs_f64(),
+        args.seed
+    );
+    Ok(())
+}
+
+fn workspace_root() -> PathBuf {
+    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().unwrap_or(xtask).to_path_buf()
+}
+
+/// Whether `out` holds exactly what `generate(out, seed)` would write: the manifest's seed and
+/// version match and every listed file has the recorded size and hash.
+pub(crate) fn is_current(out: &Path, seed: u64) -> Result<bool> {
+    let Ok(text) = fs::read_to_string(out.join(MANIFEST)) else {
+        return Ok(false);
+    };
+    let Ok(manifest) = serde_json::from_str::<Manifest>(&text) else {
+        return Ok(false);
+    };
+    if manifest.seed != seed || manifest.generator_version != GENERATOR_VERSION {
+        return Ok(false);
+    }
+    for entry in &manifest.files {
+        let Ok(bytes) = fs::read(out.join(&entry.path)) else {
+            return Ok(false);
+        };
+        if bytes.len() as u64 != entry.size || sha256_hex(&bytes) != entry.sha256 {
+            return Ok(false);
+        }
+    }
+    Ok(!manifest.files.is_empty())
+}
+
+/// The two models, SmolLM2- and Qwen2.5-shaped. The Qwen one pads its embedding past the
+/// tokenizer (as Qwen2.5 does: 151936 rows for 151665 tokens), uses 3 layers and a wider MLP,
+/// so code that assumes one shape for both is caught.
+fn specs() -> [(Spec, Layout); 2] {
+    [
+        (
+            Spec {
+                arch: Arch::Llama,
+                name: "tiny-llama",
+                hidden_size: 64,
+                intermediate_size: 128,
+                num_hidden_layers: 2,
+                num_attention_heads: 4,
+                num_key_value_heads: 2,
+                head_dim: 16,
+                rms_norm_eps: 1e-5,
+                rope_theta: 10_000.0,
+                max_position_embeddings: 2048,
+                vocab_size: TOKENIZER_SIZE,
+                tie_word_embeddings: false,
+                qkv_bias: false,
+            },
+            Layout::SmolLm2,
+        ),
+        (
+            Spec {
+                arch: Arch::Qwen2,
+                name: "tiny-qwen2",
+                hidden_size: 64,
+                intermediate_size: 160,
+                num_hidden_layers: 3,
+                num_attention_heads: 4,
+                num_key_value_heads: 2,
+                head_dim: 16,
+                rms_norm_eps: 1e-6,
+                rope_theta: 1_000_000.0,
+                max_position_embeddings: 32_768,
+                vocab_size: TOKENIZER_SIZE + 64,
+                tie_word_embeddings: true,
+                qkv_bias: true,
+            },
+            Layout::Qwen2,
+        ),
+    ]
+}
+
+/// Writes every fixture into `out` and the manifest last. Returns the manifest.
+pub(crate) fn generate(out: &Path, seed: u64, verbose: bool) -> Result<Manifest> {
+    fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let lines = corpus::training_lines();
+    let mut files = Vec::new();
+    for (spec, layout) in specs() {
+        let started = Instant::now();
+        let tok = tokenizer::train(layout, &lines, TOKENIZER_SIZE)?;
+        let tensors = weights::hf_tensors(&spec, seed);
+        let dir = out.join(spec.name);
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+
+        let mut write = |name: &str, bytes: &[u8]| -> Result<()> {
+            let rel = if name.ends_with(".gguf") {
+                name.to_owned()
+            } else {
+                format!("{}/{name}", spec.name)
+            };
+            write_atomic(&out.join(&rel), bytes)?;
+            files.push(ManifestEntry {
+                path: rel,
+                size: bytes.len() as u64,
+                sha256: sha256_hex(bytes),
+            });
+            Ok(())
+        };
+        write("config.json", &pretty(&config_json(&spec, &tok))?)?;
+        write(
+            "generation_config.json",
+            &pretty(&generation_config(&spec, &tok))?,
+        )?;
+        write("tokenizer.json", tok.json.as_bytes())?;
+        write(
+            "tokenizer_config.json",
+            &pretty(&tokenizer_config(&spec, &tok))?,
+        )?;
+        write("model.safetensors", &weights::safetensors_bytes(&tensors)?)?;
+        write(
+            &format!("{}.gguf", spec.name),
+            &gguf::gguf_bytes(&spec, &tok, &tensors)?,
+        )?;
+        if verbose {
+            eprintln!(
+                "fixtures: {} ({}, {} layers, hidden {}, vocab {} / tokenizer {}) in {} ms",
+                spec.name,
+                spec.arch.gguf_name(),
+                spec.num_hidden_layers,
+                spec.hidden_size,
+                spec.vocab_size,
+                tok.len(),
+                started.elapsed().as_millis()
+            );
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let manifest = Manifest {
+        generator_version: GENERATOR_VERSION,
+        seed,
+        files,
+    };
+    write_atomic(
+        &out.join(MANIFEST),
+        &pretty(&serde_json::to_value(&manifest)?)?,
+    )?;
+    Ok(manifest)
+}
+
+fn pretty(value: &serde_json::Value) -> Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec_pretty(value)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Writes to a temporary name in the same directory, flushes, then renames into place, so an
+/// interrupted run leaves either the old file or the new one, never half of one.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().context("output path has no parent")?;
+    let name = path
+        .file_name()
+        .context("output path has no file name")?
+        .to_string_lossy();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| -> Result<()> {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("writing {}", path.display()))
+}
+
+/// `config.json` as `save_pretrained` writes it for the architecture.
+fn config_json(spec: &Spec, tok: &TrainedTokenizer) -> serde_json::Value {
+    match spec.arch {
+        Arch::Llama => json!({
+            "architectures": ["LlamaForCausalLM"],
+            "attention_bias": false,
+            "attention_dropout": 0.0,
+            "bos_token_id": tok.im_start,
+            "eos_token_id": tok.im_end,
+            "head_dim": spec.head_dim,
+            "hidden_act": "silu",
+            "hidden_size": spec.hidden_size,
+            "initializer_range": weights::INIT_STD,
+            "intermediate_size": spec.intermediate_size,
+            "max_position_embeddings": spec.max_position_embeddings,
+            "mlp_bias": false,
+            "model_type": "llama",
+            "num_attention_heads": spec.num_attention_heads,
+            "num_hidden_layers": spec.num_hidden_layers,
+            "num_key_value_heads": spec.num_key_value_heads,
+            "pad_token_id": tok.im_end,
+            "pretraining_tp": 1,
+            "rms_norm_eps": spec.rms_norm_eps,
+            "rope_scaling": null,
+            "rope_theta": spec.rope_theta,
+            "tie_word_embeddings": spec.tie_word_embeddings,
+            "torch_dtype": "float32",
+            "transformers_version": "4.46.0",
+            "use_cache": true,
+            "vocab_size": spec.vocab_size,
+        }),
+        // Qwen2's config has no head_dim: it is hidden_size / num_attention_heads.
+        Arch::Qwen2 => json!({
+            "architectures": ["Qwen2ForCausalLM"],
+            "attention_dropout": 0.0,
+            "bos_token_id": tok.endoftext,
+            "eos_token_id": tok.im_end,
+            "hidden_act": "silu",
+            "hidden_size": spec.hidden_size,
+            "initializer_range": weights::INIT_STD,
+            "intermediate_size": spec.intermediate_size,
+            "max_position_embeddings": spec.max_position_embeddings,
+            "max_window_layers": spec.num_hidden_layers,
+            "model_type": "qwen2",
+            "num_attention_heads": spec.num_attention_heads,
+            "num_hidden_layers": spec.num_hidden_layers,
+            "num_key_value_heads": spec.num_key_value_heads,
+            "rms_norm_eps": spec.rms_norm_eps,
+            "rope_scaling": null,
+            "rope_theta": spec.rope_theta,
+            "sliding_window": spec.max_position_embeddings,
+            "tie_word_embeddings": spec.tie_word_embeddings,
+            "torch_dtype": "float32",
+            "transformers_version": "4.46.0",
+            "use_cache": true,
+            "use_sliding_window": false,
+            "vocab_size": spec.vocab_size,
+        }),
+    }
+}
+
+fn generation_config(spec: &Spec, tok: &TrainedTokenizer) -> serde_json::Value {
+    match spec.arch {
+        Arch::Llama => json!({
+            "bos_token_id": tok.im_start,
+            "eos_token_id": tok.im_end,
+            "pad_token_id": tok.im_end,
+            "transformers_version": "4.46.0",
+        }),
+        // Qwen lists two end tokens, a shape the engine has to accept.
+        Arch::Qwen2 => json!({
+            "bos_token_id": tok.endoftext,
+            "do_sample": true,
+            "eos_token_id": [tok.im_end, tok.endoftext],
+            "pad_token_id": tok.endoftext,
+            "repetition_penalty": 1.1,
+            "temperature": 0.7,
+            "top_k": 20,
+            "top_p": 0.8,
+            "transformers_version": "4.46.0",
+        }),
+    }
+}
+
+fn tokenizer_config(spec: &Spec, tok: &TrainedTokenizer) -> serde_json::Value {
+    let mut added = serde_json::Map::new();
+    for (id, content) in [
+        (tok.endoftext, tokenizer::ENDOFTEXT),
+        (tok.im_start, tokenizer::IM_START),
+        (tok.im_end, tokenizer::IM_END),
+    ] {
+        added.insert(
+            id.to_string(),
+            json!({
+                "content": content,
+                "lstrip": false,
+                "normalized": false,
+                "rstrip": false,
+                "single_word": false,
+                "special": true,
+            }),
+        );
+    }
+    match spec.arch {
+        Arch::Llama => json!({
+            "add_bos_token": false,
+            "add_prefix_space": false,
+            "added_tokens_decoder": added,
+            "additional_special_tokens": [tokenizer::IM_START, tokenizer::IM_END],
+            "bos_token": tokenizer::IM_START,
+            "chat_template": templates::SMOLLM2,
+            "clean_up_tokenization_spaces": false,
+            "eos_token": tokenizer::IM_END,
+            "model_max_length": spec.max_position_embeddings,
+            "pad_token": tokenizer::IM_END,
+            "tokenizer_class": "GPT2Tokenizer",
+            "unk_token": tokenizer::ENDOFTEXT,
+            "vocab_size": tok.len(),
+        }),
+        // Qwen has no BOS token at all (null), and <|endoftext|> pads.
+        Arch::Qwen2 => json!({
+            "add_bos_token": false,
+            "add_prefix_space": false,
+            "added_tokens_decoder": added,
+            "additional_special_tokens": [tokenizer::IM_START, tokenizer::IM_END],
+            "bos_token": null,
+            "chat_template": templates::QWEN2,
+            "clean_up_tokenization_spaces": false,
+            "eos_token": tokenizer::IM_END,
+            "errors": "replace",
+            "model_max_length": spec.max_position_embeddings,
+            "pad_token": tokenizer::ENDOFTEXT,
+            "split_special_tokens": false,
+            "tokenizer_class": "Qwen2Tokenizer",
+            "unk_token": null,
+        }),
+    }
+}
