@@ -1,0 +1,581 @@
+//! Text to token ids and back, for the decoders this crate runs.
+//!
+//! A model arrives either as a GGUF file, whose metadata carries the vocabulary
+//! (`tokenizer.ggml.*`) but no `tokenizer.json`, or as a Hugging Face directory with its own
+//! `tokenizer.json`. [`TextTokenizer`] wraps a `tokenizers::Tokenizer` built from either.
+//!
+//! From GGUF, only byte-level BPE vocabularies (`tokenizer.ggml.model = "gpt2"`, which covers
+//! SmolLM, Qwen2/2.5/3, Llama 3 and the other GPT-2 descendants) are supported. llama.cpp is
+//! the reference for what a GGUF vocabulary means, so the pre-tokenizer is chosen the way
+//! `llama-vocab.cpp` chooses it from `tokenizer.ggml.pre`: the same split regexes, applied in
+//! the same order, then the byte-level mapping without its own regex. Like llama.cpp (and
+//! unlike Qwen's `tokenizer.json`), no Unicode normalisation is applied.
+//!
+//! [`TextTokenizer::encode`] never adds special tokens of its own: BOS, turn markers and the
+//! like are the chat template's business. Special tokens written in the text (`<|im_start|>`)
+//! are recognised and encode to their single id, as llama.cpp does with `special = true`.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+
+/// GGUF metadata keys read here, as llama.cpp's converter writes them.
+pub mod keys {
+    pub const MODEL: &str = "tokenizer.ggml.model";
+    pub const PRE: &str = "tokenizer.ggml.pre";
+    pub const TOKENS: &str = "tokenizer.ggml.tokens";
+    pub const MERGES: &str = "tokenizer.ggml.merges";
+    pub const TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
+    pub const BOS: &str = "tokenizer.ggml.bos_token_id";
+    pub const EOS: &str = "tokenizer.ggml.eos_token_id";
+    pub const PAD: &str = "tokenizer.ggml.padding_token_id";
+    pub const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+}
+
+/// The `tokenizer.ggml.model` values this crate builds tokenizers for.
+pub const SUPPORTED_MODELS: &str = "\"gpt2\" (byte-level BPE)";
+
+/// Why a tokenizer could not be built or used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenizerError {
+    #[error("the GGUF metadata lacks {key:?}, which a tokenizer needs")]
+    MissingKey { key: &'static str },
+    #[error("GGUF metadata {key:?} should be {expected}, found {found}")]
+    WrongType {
+        key: &'static str,
+        expected: &'static str,
+        found: String,
+    },
+    #[error(
+        "tokenizer model {model:?} is not supported; supported: {SUPPORTED_MODELS} \
+         (SentencePiece \"llama\", WordPiece \"bert\" and the others are not)"
+    )]
+    Unsupported { model: String },
+    #[error("pre-tokenizer {pre:?} (tokenizer.ggml.pre) is not supported; supported: {supported}")]
+    UnsupportedPre { pre: String, supported: String },
+    #[error("GGUF merge {index} ({merge:?}) is not two tokens separated by a space")]
+    BadMerge { index: usize, merge: String },
+    #[error("{what} id {id} is outside the vocabulary of {vocab_size} tokens")]
+    IdOutOfRange {
+        what: &'static str,
+        id: u32,
+        vocab_size: usize,
+    },
+    #[error("{what} {token:?} is not in the vocabulary")]
+    UnknownToken { what: &'static str, token: String },
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot parse {path}: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot load tokenizer {path}: {source}")]
+    Load {
+        path: PathBuf,
+        #[source]
+        source: tokenizers::Error,
+    },
+    #[error("cannot build the tokenizer: {source}")]
+    Build {
+        #[source]
+        source: tokenizers::Error,
+    },
+    #[error("cannot encode text: {source}")]
+    Encode {
+        #[source]
+        source: tokenizers::Error,
+    },
+    #[error("cannot decode ids: {source}")]
+    Decode {
+        #[source]
+        source: tokenizers::Error,
+    },
+}
+
+/// A model's tokenizer and its special token ids.
+#[derive(Clone)]
+pub struct TextTokenizer {
+    inner: tokenizers::Tokenizer,
+    vocab_size: usize,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    pad: Option<u32>,
+    add_bos: bool,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer")
+            .field("vocab_size", &self.vocab_size)
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .field("pad", &self.pad)
+            .field("add_bos", &self.add_bos)
+            .finish_non_exhaustive()
+    }
+}
+
+// llama.cpp token types (`llama_token_type`), as `tokenizer.ggml.token_type` stores them.
+const TOKEN_TYPE_UNKNOWN: i64 = 2;
+const TOKEN_TYPE_CONTROL: i64 = 3;
+const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+
+/// The GPT-2 split regex. llama.cpp drops the trailing `|\s+` of the tokenizer.json form;
+/// characters no alternative matches stay pieces of their own either way.
+const GPT2_REGEX: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+/// Qwen2's regex, with llama.cpp's case-insensitive contractions spelled out.
+const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Llama 3's regex: Qwen2's with digits in groups of up to three.
+const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The byte-level pre-tokenizer families, named after llama.cpp's `LLAMA_VOCAB_PRE_TYPE_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PreTokenizer {
+    /// `LLAMA_VOCAB_PRE_TYPE_DEFAULT`: a missing `pre` or `"default"`.
+    Default,
+    /// `LLAMA_VOCAB_PRE_TYPE_GPT2`.
+    Gpt2,
+    /// `LLAMA_VOCAB_PRE_TYPE_SMOLLM` and the other "digits singly, then GPT-2" types.
+    Smollm,
+    /// `LLAMA_VOCAB_PRE_TYPE_QWEN2`.
+    Qwen2,
+    /// `LLAMA_VOCAB_PRE_TYPE_LLAMA3` (which llama.cpp runs with `ignore_merges`).
+    Llama3,
+}
+
+/// `tokenizer.ggml.pre` values and the family llama.cpp (`llama_vocab::impl::load`) maps
+/// each one to; only families whose regexes are implemented here are listed.
+const PRE_NAMES: &[(&str, PreTokenizer)] = &[
+    ("default", PreTokenizer::Default),
+    ("gpt-2", PreTokenizer::Gpt2),
+    ("gpt2", PreTokenizer::Gpt2),
+    ("phi-2", PreTokenizer::Gpt2),
+    ("mpt", PreTokenizer::Gpt2),
+    ("olmo", PreTokenizer::Gpt2),
+    ("jais", PreTokenizer::Gpt2),
+    ("smollm", PreTokenizer::Smollm),
+    ("starcoder", PreTokenizer::Smollm),
+    ("refact", PreTokenizer::Smollm),
+    ("command-r", PreTokenizer::Smollm),
+    ("codeshell", PreTokenizer::Smollm),
+    ("exaone", PreTokenizer::Smollm),
+    ("minerva-7b", PreTokenizer::Smollm),
+    ("qwen2", PreTokenizer::Qwen2),
+    ("deepseek-r1-qwen", PreTokenizer::Qwen2),
+    ("stablelm2", PreTokenizer::Qwen2),
+    ("megrez", PreTokenizer::Qwen2),
+    ("llama3", PreTokenizer::Llama3),
+    ("llama-v3", PreTokenizer::Llama3),
+    ("llama-bpe", PreTokenizer::Llama3),
+    ("falcon3", PreTokenizer::Llama3),
+    ("dbrx", PreTokenizer::Llama3),
+    ("smaug-bpe", PreTokenizer::Llama3),
+];
+
+impl PreTokenizer {
+    fn from_gguf(pre: Option<&str>) -> Result<Self, TokenizerError> {
+        let Some(pre) = pre else {
+            return Ok(Self::Default);
+        };
+        PRE_NAMES
+            .iter()
+            .find(|(name, _)| *name == pre)
+            .map(|(_, family)| *family)
+            .ok_or_else(|| TokenizerError::UnsupportedPre {
+                pre: pre.to_owned(),
+                supported: PRE_NAMES
+                    .iter()
+                    .map(|(name, _)| format!("{name:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// The split regexes, each applied to the pieces the previous one left (llama.cpp's
+    /// `regex_exprs` for this type, copied from `llm_tokenizer_bpe`'s constructor).
+    fn regexes(self) -> &'static [&'static str] {
+        match self {
+            Self::Default => &[
+                r"[\p{P}\$\+<=>\^~\|]+",
+                GPT2_REGEX,
+                r"\p{N}+",
+                "[0-9][0-9][0-9]",
+            ],
+            Self::Gpt2 => &[GPT2_REGEX],
+            Self::Smollm => &[r"\p{N}", GPT2_REGEX],
+            Self::Qwen2 => &[QWEN2_REGEX],
+            Self::Llama3 => &[LLAMA3_REGEX],
+        }
+    }
+
+    /// Llama 3 vocabularies contain whole words the merges would not build; llama.cpp looks
+    /// a piece up in the vocabulary before merging (`ignore_merges`).
+    fn ignore_merges(self) -> bool {
+        self == Self::Llama3
+    }
+}
+
+fn metadata<'a>(content: &'a Content, key: &'static str) -> Result<&'a Value, TokenizerError> {
+    content
+        .metadata
+        .get(key)
+        .ok_or(TokenizerError::MissingKey { key })
+}
+
+fn wrong_type(key: &'static str, expected: &'static str, found: &Value) -> TokenizerError {
+    TokenizerError::WrongType {
+        key,
+        expected,
+        found: format!("{:?}", found.value_type()),
+    }
+}
+
+fn as_str<'a>(key: &'static str, value: &'a Value) -> Result<&'a str, TokenizerError> {
+    match value {
+        Value::String(s) => Ok(s),
+        other => Err(wrong_type(key, "a string", other)),
+    }
+}
+
+fn as_int(key: &'static str, value: &Value) -> Result<i64, TokenizerError> {
+    match *value {
+        Value::U8(v) => Ok(v.into()),
+        Value::I8(v) => Ok(v.into()),
+        Value::U16(v) => Ok(v.into()),
+        Value::I16(v) => Ok(v.into()),
+        Value::U32(v) => Ok(v.into()),
+        Value::I32(v) => Ok(v.into()),
+        Value::I64(v) => Ok(v),
+        Value::U64(v) => i64::try_from(v).map_err(|_| wrong_type(key, "an integer", value)),
+        ref other => Err(wrong_type(key, "an integer", other)),
+    }
+}
+
+fn as_array<'a>(key: &'static str, value: &'a Value) -> Result<&'a [Value], TokenizerError> {
+    match value {
+        Value::Array(values) => Ok(values),
+        other => Err(wrong_type(key, "an array", other)),
+    }
+}
+
+fn string_array<'a>(
+    content: &'a Content,
+    key: &'static str,
+) -> Result<Vec<&'a str>, TokenizerError> {
+    as_array(key, metadata(content, key)?)?
+        .iter()
+        .map(|v| as_str(key, v))
+        .collect()
+}
+
+/// An optional special-token id, checked against the vocabulary.
+fn optional_id(
+    content: &Content,
+    key: &'static str,
+    vocab_size: usize,
+) -> Result<Option<u32>, TokenizerError> {
+    let Some(value) = content.metadata.get(key) else {
+        return Ok(None);
+    };
+    let id = as_int(key, value)?;
+    match u32::try_from(id) {
+        Ok(id) if (id as usize) < vocab_size => Ok(Some(id)),
+        _ => Err(TokenizerError::IdOutOfRange {
+            what: key,
+            id: id.clamp(0, u32::MAX.into()) as u32,
+            vocab_size,
+        }),
+    }
+}
+
+/// A GGUF merge is `"left right"`; llama.cpp splits at the first space after the first byte.
+fn split_merge(index: usize, merge: &str) -> Result<(String, String), TokenizerError> {
+    let bad = || TokenizerError::BadMerge {
+        index,
+        merge: merge.to_owned(),
+    };
+    let first_len = merge.chars().next().ok_or_else(bad)?.len_utf8();
+    let at = merge[first_len..].find(' ').ok_or_else(bad)? + first_len;
+    Ok((merge[..at].to_owned(), merge[at + 1..].to_owned()))
+}
+
+impl TextTokenizer {
+    /// Builds the tokenizer a GGUF file describes in its `tokenizer.ggml.*` metadata.
+    pub fn from_gguf(content: &Content) -> Result<Self, TokenizerError> {
+        let model = as_str(keys::MODEL, metadata(content, keys::MODEL)?)?;
+        if model != "gpt2" {
+            return Err(TokenizerError::Unsupported {
+                model: model.to_owned(),
+            });
+        }
+        let pre = content
+            .metadata
+            .get(keys::PRE)
+            .map(|v| as_str(keys::PRE, v))
+            .transpose()?;
+        let pre = PreTokenizer::from_gguf(pre)?;
+
+        let tokens = string_array(content, keys::TOKENS)?;
+        let vocab_size = tokens.len();
+        let vocab: tokenizers::models::bpe::Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(id, token)| ((*token).to_owned(), id as u32))
+            .collect();
+        let merges = string_array(content, keys::MERGES)?
+            .into_iter()
+            .enumerate()
+            .map(|(index, merge)| split_merge(index, merge))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        // Tokens llama.cpp matches in raw text before pre-tokenizing (its
+        // `cache_special_tokens`): control, user-defined and unknown ones.
+        let mut added = Vec::new();
+        if let Some(types) = content.metadata.get(keys::TOKEN_TYPE) {
+            let types = as_array(keys::TOKEN_TYPE, types)?;
+            for (token, ty) in tokens.iter().zip(types) {
+                match as_int(keys::TOKEN_TYPE, ty)? {
+                    TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN => {
+                        added.push(AddedToken::from(*token, true).normalized(false));
+                    }
+                    TOKEN_TYPE_USER_DEFINED => {
+                        added.push(AddedToken::from(*token, false).normalized(false));
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .ignore_merges(pre.ignore_merges())
+            .build()
+            .map_err(|source| TokenizerError::Build { source })?;
+        let mut splits: Vec<PreTokenizerWrapper> = Vec::new();
+        for regex in pre.regexes() {
+            let split = Split::new(
+                SplitPattern::Regex((*regex).to_owned()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(|source| TokenizerError::Build { source })?;
+            splits.push(split.into());
+        }
+        splits.push(ByteLevel::new(false, false, false).into());
+
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        inner
+            .with_pre_tokenizer(Some(Sequence::new(splits)))
+            .with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
+        // Every one of these is already in the BPE vocabulary, so each keeps its GGUF id.
+        let (specials, plain): (Vec<AddedToken>, Vec<AddedToken>) =
+            added.into_iter().partition(|t| t.special);
+        inner
+            .add_special_tokens(specials)
+            .map_err(|source| TokenizerError::Build { source })?;
+        inner
+            .add_tokens(plain)
+            .map_err(|source| TokenizerError::Build { source })?;
+
+        let add_bos = match content.metadata.get(keys::ADD_BOS) {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => return Err(wrong_type(keys::ADD_BOS, "a bool", other)),
+        };
+        Ok(Self {
+            bos: optional_id(content, keys::BOS, vocab_size)?,
+            eos: optional_id(content, keys::EOS, vocab_size)?,
+            pad: optional_id(content, keys::PAD, vocab_size)?,
+            add_bos,
+            vocab_size,
+            inner,
+        })
+    }
+
+    /// Loads a Hugging Face tokenizer directory: its `tokenizer.json`, and from
+    /// `tokenizer_config.json` (when present) the BOS/EOS/PAD tokens and `add_bos_token`.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self, TokenizerError> {
+        let dir = dir.as_ref();
+        let path = dir.join("tokenizer.json");
+        let mut inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|source| TokenizerError::Load { path, source })?;
+        // Encoding here is of one text, exactly; batching and limits are the engine's.
+        inner.with_padding(None);
+        inner
+            .with_truncation(None)
+            .map_err(|source| TokenizerError::Build { source })?;
+
+        let config_path = dir.join("tokenizer_config.json");
+        let config: serde_json::Value = match std::fs::read(&config_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| TokenizerError::Json {
+                path: config_path.clone(),
+                source,
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Value::Null,
+            Err(source) => {
+                return Err(TokenizerError::Io {
+                    path: config_path,
+                    source,
+                });
+            }
+        };
+        let special = |what: &'static str| -> Result<Option<u32>, TokenizerError> {
+            // Either a plain string or an AddedToken object with a "content" field.
+            let token = match config.get(what) {
+                Some(serde_json::Value::String(s)) => s.as_str(),
+                Some(serde_json::Value::Object(o)) => {
+                    match o.get("content").and_then(|c| c.as_str()) {
+                        Some(s) => s,
+                        None => return Ok(None),
+                    }
+                }
+                _ => return Ok(None),
+            };
+            inner
+                .token_to_id(token)
+                .map(Some)
+                .ok_or_else(|| TokenizerError::UnknownToken {
+                    what,
+                    token: token.to_owned(),
+                })
+        };
+        let bos = special("bos_token")?;
+        let eos = special("eos_token")?;
+        let pad = special("pad_token")?;
+        let add_bos = config
+            .get("add_bos_token")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false);
+        let vocab_size = inner.get_vocab_size(true);
+        Ok(Self {
+            inner,
+            vocab_size,
+            bos,
+            eos,
+            pad,
+            add_bos,
+        })
+    }
+
+    /// The ids of `text`, adding no special tokens but recognising those written in it.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let encoding = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|source| TokenizerError::Encode { source })?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The text of `ids`, special tokens included as written.
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|source| TokenizerError::Decode { source })
+    }
+
+    /// The id of one vocabulary entry, written as the vocabulary writes it (byte-level
+    /// BPE spells a leading space `Ġ`), or a special token.
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// The vocabulary entry of `id`, as the vocabulary writes it.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Number of ids in the vocabulary: from GGUF, every listed token (padding entries
+    /// included); from a directory, the model vocabulary plus added tokens.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos
+    }
+
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos
+    }
+
+    pub fn pad_id(&self) -> Option<u32> {
+        self.pad
+    }
+
+    /// Whether the model expects a BOS token before the text; the template or engine adds it.
+    pub fn add_bos_token(&self) -> bool {
+        self.add_bos
+    }
+
+    /// The underlying `tokenizers` tokenizer.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_split_at_the_first_space_after_the_first_char() {
+        assert_eq!(
+            split_merge(0, "Ġ t").unwrap(),
+            ("Ġ".to_owned(), "t".to_owned())
+        );
+        assert_eq!(
+            split_merge(0, "a b c").unwrap(),
+            ("a".to_owned(), "b c".to_owned())
+        );
+        assert!(matches!(
+            split_merge(3, "ab"),
+            Err(TokenizerError::BadMerge { index: 3, .. })
+        ));
+        assert!(split_merge(0, "").is_err());
+    }
+
+    #[test]
+    fn pre_names_map_like_llama_cpp() {
+        assert_eq!(
+            PreTokenizer::from_gguf(Some("smollm")).unwrap(),
+            PreTokenizer::Smollm
+        );
+        assert_eq!(
+            PreTokenizer::from_gguf(Some("qwen2")).unwrap(),
+            PreTokenizer::Qwen2
+        );
+        assert_eq!(
+            PreTokenizer::from_gguf(None).unwrap(),
+            PreTokenizer::Default
+        );
+        let err = PreTokenizer::from_gguf(Some("tekken")).unwrap_err();
+        assert!(err.to_string().contains("\"smollm\""), "{err}");
+    }
+
+    #[test]
+    fn every_regex_compiles() {
+        for (_, family) in PRE_NAMES {
+            for regex in family.regexes() {
+                Split::new(
+                    SplitPattern::Regex((*regex).to_owned()),
+                    SplitDelimiterBehavior::Isolated,
+                    false,
+                )
+                .unwrap_or_else(|e| panic!("{regex}: {e}"));
+            }
+        }
+    }
+}
