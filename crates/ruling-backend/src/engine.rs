@@ -46,4 +46,16 @@ pub enum EngineError {
     /// The backend failed while answering.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The calibration given does not apply to this engine.
+    #[error(transparent)]
+    Calibration(#[from] ruling_calibration::CalibrationError),
+    /// The scores could not be turned into probabilities (non-finite logits from the model).
+    #[error("the model's scores are not usable: {0}")]
+    Numeric(#[from] ruling_calibration::SoftmaxError),
+    /// A probability distribution broke its invariants.
+    #[error("an answer's distribution is invalid: {0}")]
+    Distribution(#[from] ruling_calibration::DistributionError),
+    /// A thread panicked while holding the engine's prior cache.
+    #[error("the engine's prior cache was poisoned by a panic in another request")]
+    Poisoned,
 }

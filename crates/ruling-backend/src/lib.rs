@@ -15,13 +15,16 @@
 mod backend;
 mod codes;
 mod contract;
+mod decision;
 mod engine;
 mod error;
 mod prompt;
+pub mod render;
 
 pub use backend::{Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role};
 pub use codes::{AnswerCodes, DEFAULT_CODES};
 pub use contract::{ContractReport, verify_backend};
+pub use decision::{DecoderEngine, EngineOptions};
 pub use engine::{Engine, EngineError, EngineInfo};
 pub use error::{BackendError, BoxError, ContractError};
 pub use prompt::{PromptSplit, SPLIT_MARKER, split_prompt};

@@ -1,0 +1,696 @@
+//! The decoder decision logic, written once over the [`Backend`] port.
+//!
+//! A request becomes one shared prefix (system turn and state) and one branch per question
+//! and rotation. Every branch is scored against the prefix in one call; each branch's code
+//! logits become log-probabilities over its shown options, the content-free prior for that
+//! option count is subtracted, and rotations are averaged in log space per option key. A
+//! per-type temperature turns the result into the answer's probabilities.
+//!
+//! A Choice with more options than one pass can show goes through two stages: every option
+//! is first asked about alone as a yes/no question, and the strongest few are then asked as
+//! one Choice; the others get probability zero.
+//!
+//! Everything about a request is checked before the first forward pass: a branch longer than
+//! the context or a request over its token budget is refused with "maximum context length"
+//! and the question at fault.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use indexmap::IndexMap;
+use ruling_calibration::{
+    AnswerType, Calibration, Provenance, choice_confidence, log_softmax, score_confidence,
+    softmax_with_temperature,
+};
+use ruling_schema::{Answer, QuestionKind, SystemOneResponse, Usage, ValidQuestion, ValidRequest};
+use serde_json::{Value, json};
+
+use crate::backend::{Backend, Branch};
+use crate::codes::{AnswerCodes, DEFAULT_CODES};
+use crate::contract::verify_backend;
+use crate::engine::{Engine, EngineError, EngineInfo};
+use crate::prompt::split_prompt;
+use crate::render::{
+    CONTENT_FREE, RenderedQuestion, SYSTEM_PROMPT, ShownOption, choice_options, noul_options,
+    noul_preamble, render, score_options,
+};
+
+/// How the engine asks and debiases.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Orderings averaged per question: a Choice uses up to this many cyclic rotations, a
+    /// Score and a Noul use both directions when this is 2 or more. 1 asks once, as given.
+    pub rotations: u32,
+    /// Subtract the content-free prior of each option count.
+    pub prior: bool,
+    /// The answer code labels, proven single tokens at load.
+    pub codes: Vec<String>,
+    /// Most options one pass shows (at most the number of codes).
+    pub max_options_per_pass: usize,
+    /// How many options a two-stage Choice keeps for its final pass.
+    pub stage_two_candidates: usize,
+    /// Longest prefix plus branch, in tokens (default: the backend's context length).
+    pub max_branch_tokens: Option<usize>,
+    /// Most tokens one request may put through the model.
+    pub max_request_tokens: usize,
+    /// The name responses carry (default: the backend's model id).
+    pub served_name: Option<String>,
+    pub system_prompt: String,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            rotations: 1,
+            prior: true,
+            codes: DEFAULT_CODES.iter().map(|c| (*c).to_owned()).collect(),
+            max_options_per_pass: DEFAULT_CODES.len(),
+            stage_two_candidates: 8,
+            max_branch_tokens: None,
+            max_request_tokens: 65_536,
+            served_name: None,
+            system_prompt: SYSTEM_PROMPT.to_owned(),
+        }
+    }
+}
+
+/// Answers System One requests with a decoder behind the [`Backend`] port.
+#[derive(Debug)]
+pub struct DecoderEngine<B: Backend> {
+    backend: B,
+    options: EngineOptions,
+    codes: AnswerCodes,
+    calibration: Calibration,
+    info: EngineInfo,
+    priors: Mutex<HashMap<usize, Arc<Vec<f64>>>>,
+}
+
+/// One branch to score: which question it answers, the keys its codes stand for.
+#[derive(Debug)]
+struct Pass {
+    question: usize,
+    keys: Vec<String>,
+    tokens: Vec<u32>,
+}
+
+/// Per-key mean of debiased log-probabilities over a question's rotations, with what the
+/// trace reports.
+#[derive(Debug, Default)]
+struct Combined {
+    keys: Vec<String>,
+    scores: Vec<f64>,
+    candidate_mass: Vec<f64>,
+    rotations: Vec<Value>,
+    branch_tokens: Vec<usize>,
+}
+
+impl<B: Backend> DecoderEngine<B> {
+    /// Prove the backend's contract, choose the codes, and bind a calibration (identity when
+    /// none is given). A calibration fitted for another provenance is refused.
+    pub fn new(
+        backend: B,
+        options: EngineOptions,
+        calibration: Option<Calibration>,
+    ) -> Result<Self, EngineError> {
+        let labels: Vec<&str> = options.codes.iter().map(String::as_str).collect();
+        let report = verify_backend(&backend, &labels)?;
+        let provenance = provenance(&backend, &options);
+        let calibration = match calibration {
+            Some(calibration) => {
+                calibration.check(&provenance)?;
+                calibration
+            }
+            None => Calibration::identity(provenance),
+        };
+        let per_pass = options
+            .max_options_per_pass
+            .min(report.codes.max_options())
+            .max(2);
+        let max_context = options
+            .max_branch_tokens
+            .unwrap_or(backend.info().context_length)
+            .min(backend.info().context_length);
+        let info = EngineInfo {
+            model: options
+                .served_name
+                .clone()
+                .unwrap_or_else(|| backend.info().model_id.clone()),
+            capabilities: ruling_schema::Capabilities {
+                vision: backend.info().vision,
+                ..Default::default()
+            },
+            max_context,
+        };
+        let options = EngineOptions {
+            max_options_per_pass: per_pass,
+            stage_two_candidates: options.stage_two_candidates.clamp(2, per_pass),
+            ..options
+        };
+        Ok(Self {
+            backend,
+            options,
+            codes: report.codes,
+            calibration,
+            info,
+            priors: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
+    /// What a calibration for this engine must have been fitted for.
+    pub fn provenance(&self) -> Provenance {
+        provenance(&self.backend, &self.options)
+    }
+
+    pub fn calibration(&self) -> &Calibration {
+        &self.calibration
+    }
+
+    /// Every rotation of one question, rendered.
+    fn rotations(&self, kind: &QuestionKind) -> Vec<RenderedQuestion> {
+        let labels = self.codes.labels();
+        let both_ways = self.options.rotations >= 2;
+        let directional = |instructions: &str, preamble: &str, options: &[ShownOption]| {
+            let mut out = vec![render(instructions, preamble, options, labels, 0, false)];
+            if both_ways {
+                out.push(render(instructions, preamble, options, labels, 0, true));
+            }
+            out
+        };
+        match kind {
+            QuestionKind::Noul {
+                instructions,
+                if_true,
+                if_false,
+            } => directional(
+                &instructions.render(),
+                &noul_preamble(if_true.as_ref(), if_false.as_ref()),
+                &noul_options(),
+            ),
+            QuestionKind::Score {
+                instructions,
+                levels,
+            } => directional(
+                &instructions.render(),
+                "Choose the level that fits best.",
+                &score_options(levels),
+            ),
+            QuestionKind::Choice {
+                instructions,
+                options,
+            } => {
+                let shown = choice_options(options);
+                self.choice_rotations(&instructions.render(), &shown)
+            }
+            QuestionKind::Box { .. } => Vec::new(),
+        }
+    }
+
+    fn choice_rotations(&self, instructions: &str, shown: &[ShownOption]) -> Vec<RenderedQuestion> {
+        let count = (self.options.rotations.max(1) as usize).min(shown.len());
+        (0..count)
+            .map(|shift| render(instructions, "", shown, self.codes.labels(), shift, false))
+            .collect()
+    }
+
+    /// Stage one of a wide Choice: each option on its own as a yes/no question.
+    fn stage_one(&self, instructions: &str, option: &ShownOption) -> Vec<RenderedQuestion> {
+        let question = format!(
+            "{}\nCandidate answer: {}\nIs this candidate the right answer?",
+            instructions.trim(),
+            option.line
+        );
+        let mut out = vec![render(
+            &question,
+            "",
+            &noul_options(),
+            self.codes.labels(),
+            0,
+            false,
+        )];
+        if self.options.rotations >= 2 {
+            out.push(render(
+                &question,
+                "",
+                &noul_options(),
+                self.codes.labels(),
+                0,
+                true,
+            ));
+        }
+        out
+    }
+
+    fn encode_branch(
+        &self,
+        rendered: &RenderedQuestion,
+        tail: &str,
+    ) -> Result<Vec<u32>, EngineError> {
+        Ok(self.backend.encode(&format!("{}{tail}", rendered.text))?)
+    }
+
+    /// The content-free log-prior of each code position for `count` options, computed once.
+    fn priors(&self, counts: &[usize]) -> Result<HashMap<usize, Arc<Vec<f64>>>, EngineError> {
+        let mut known = self
+            .priors
+            .lock()
+            .map_err(|_| EngineError::Poisoned)?
+            .clone();
+        let missing: Vec<usize> = counts
+            .iter()
+            .copied()
+            .filter(|c| !known.contains_key(c))
+            .collect();
+        if !missing.is_empty() {
+            let split = split_prompt(&self.backend, &self.options.system_prompt, CONTENT_FREE)?;
+            let prefix = self
+                .backend
+                .encode_prefix(&self.backend.encode(&split.prefix)?)?;
+            let mut tokens = Vec::with_capacity(missing.len());
+            for &count in &missing {
+                let options: Vec<ShownOption> = (0..count)
+                    .map(|i| ShownOption {
+                        key: i.to_string(),
+                        line: CONTENT_FREE.to_owned(),
+                    })
+                    .collect();
+                tokens.push(self.encode_branch(
+                    &render(CONTENT_FREE, "", &options, self.codes.labels(), 0, false),
+                    &split.tail,
+                )?);
+            }
+            let branches: Vec<Branch<'_>> = tokens
+                .iter()
+                .zip(&missing)
+                .map(|(t, &count)| Branch {
+                    tokens: t,
+                    codes: &self.codes.ids()[..count],
+                })
+                .collect();
+            let scored = self.backend.score_branches(&prefix, &branches)?;
+            let mut shared = self.priors.lock().map_err(|_| EngineError::Poisoned)?;
+            for (&count, logits) in missing.iter().zip(scored) {
+                let prior = Arc::new(log_probs(&logits.logits)?);
+                shared.entry(count).or_insert_with(|| prior.clone());
+                known.insert(count, prior);
+            }
+        }
+        Ok(known)
+    }
+
+    /// The typed answer from a question's combined scores and its temperature.
+    fn answer(
+        &self,
+        question: &ValidQuestion,
+        result: &Combined,
+        temperature: f64,
+    ) -> Result<Answer, EngineError> {
+        let probs = softmax_with_temperature(&result.scores, temperature)?;
+        let distribution: IndexMap<String, f64> = result
+            .keys
+            .iter()
+            .cloned()
+            .zip(probs.iter().copied())
+            .collect();
+        Ok(match question.kind() {
+            QuestionKind::Noul { .. } => Answer::Noul {
+                noul: distribution.get("yes").copied().unwrap_or(0.0),
+            },
+            QuestionKind::Choice { .. } => {
+                let best = probs
+                    .iter()
+                    .enumerate()
+                    .fold(0, |best, (i, p)| if *p > probs[best] { i } else { best });
+                Answer::Choice {
+                    choice: result.keys[best].clone(),
+                    confidence: choice_confidence(&probs)?,
+                    probabilities: distribution,
+                }
+            }
+            QuestionKind::Score { levels, .. } => Answer::Score {
+                score: probs.iter().enumerate().map(|(i, p)| i as f64 * p).sum(),
+                confidence: score_confidence(&probs)?,
+                legend: levels
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| (i.to_string(), l.render()))
+                    .collect(),
+                probabilities: distribution,
+            },
+            QuestionKind::Box { .. } => {
+                return Err(EngineError::Unsupported(
+                    "box questions need a vision model".into(),
+                ));
+            }
+        })
+    }
+
+    /// Score passes against the prefix and fold them per question.
+    fn score(
+        &self,
+        prefix: &B::Prefix,
+        passes: &[Pass],
+        questions: usize,
+    ) -> Result<Vec<Combined>, EngineError> {
+        let branches: Vec<Branch<'_>> = passes
+            .iter()
+            .map(|p| Branch {
+                tokens: &p.tokens,
+                codes: &self.codes.ids()[..p.keys.len()],
+            })
+            .collect();
+        let scored = self.backend.score_branches(prefix, &branches)?;
+        let counts: Vec<usize> = passes.iter().map(|p| p.keys.len()).collect();
+        let priors = if self.options.prior {
+            Some(self.priors(&counts)?)
+        } else {
+            None
+        };
+        let mut combined: Vec<Combined> = (0..questions).map(|_| Combined::default()).collect();
+        for (pass, logits) in passes.iter().zip(&scored) {
+            let mut lp = log_probs(&logits.logits)?;
+            let prior = priors.as_ref().and_then(|p| p.get(&pass.keys.len()));
+            if let Some(prior) = prior {
+                lp.iter_mut().zip(prior.iter()).for_each(|(v, p)| *v -= p);
+            }
+            let slot = &mut combined[pass.question];
+            if slot.keys.is_empty() {
+                // Passes are planned unrotated first, so the first one seen is canonical.
+                slot.keys = pass.keys.clone();
+                slot.scores = vec![0.0; slot.keys.len()];
+            }
+            for (key, value) in pass.keys.iter().zip(&lp) {
+                if let Some(i) = slot.keys.iter().position(|k| k == key) {
+                    slot.scores[i] += value;
+                }
+            }
+            slot.candidate_mass.push(logits.candidate_mass());
+            slot.branch_tokens.push(pass.tokens.len());
+            slot.rotations.push(json!({
+                "order": pass.keys,
+                "log_probabilities": lp,
+                "prior": prior.map(|p| p.as_slice().to_vec()),
+            }));
+        }
+        for slot in &mut combined {
+            let n = slot.rotations.len().max(1) as f64;
+            slot.scores.iter_mut().for_each(|s| *s /= n);
+        }
+        Ok(combined)
+    }
+}
+
+/// The request question a pass belongs to: its own slot, or for a stage-one slot the wide
+/// Choice whose option it asks about.
+fn question_of<'a>(questions: &'a [ValidQuestion], slot: usize, plan: &Plan) -> &'a ValidQuestion {
+    if slot < questions.len() {
+        return &questions[slot];
+    }
+    let offset = slot - questions.len();
+    let index = plan
+        .wide
+        .iter()
+        .find(|(_, shown, first)| (*first..*first + shown.len()).contains(&offset))
+        .map_or(0, |(index, _, _)| *index);
+    &questions[index]
+}
+
+fn check_branch(question: &ValidQuestion, tokens: usize, limit: usize) -> Result<(), EngineError> {
+    if tokens > limit {
+        return Err(EngineError::InputTooLong {
+            question: Some(question.id().to_owned()),
+            message: format!(
+                "question {:?} makes a branch of {tokens} tokens, over the maximum context length of {limit} tokens for one branch",
+                question.id()
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn log_probs(logits: &[f32]) -> Result<Vec<f64>, EngineError> {
+    let wide: Vec<f64> = logits.iter().map(|&l| f64::from(l)).collect();
+    Ok(log_softmax(&wide)?)
+}
+
+fn provenance<B: Backend>(backend: &B, options: &EngineOptions) -> Provenance {
+    Provenance {
+        model_id: backend.info().model_id.clone(),
+        revision: backend.info().revision.clone(),
+        rotations: options.rotations,
+        prior: options.prior,
+        adapter_digest: None,
+    }
+}
+
+fn answer_type(kind: &QuestionKind) -> AnswerType {
+    match kind {
+        QuestionKind::Noul { .. } => AnswerType::Noul,
+        QuestionKind::Score { .. } => AnswerType::Score,
+        _ => AnswerType::Choice,
+    }
+}
+
+/// A request's plan: its passes for stage one, and the wide Choices that need a second.
+struct Plan {
+    passes: Vec<Pass>,
+    /// For each wide Choice: its question index, its options, and the pass index range of
+    /// its stage-one passes (question ids there are offset past the real questions).
+    wide: Vec<(usize, Vec<ShownOption>, usize)>,
+}
+
+impl<B: Backend> Engine for DecoderEngine<B> {
+    fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    fn evaluate(&self, request: &ValidRequest) -> Result<SystemOneResponse, EngineError> {
+        let questions = request.questions();
+        if let Some(q) = questions
+            .iter()
+            .find(|q| matches!(q.kind(), QuestionKind::Box { .. }))
+        {
+            return Err(EngineError::Unsupported(format!(
+                "question {:?}: box questions need a vision model; this engine reads text only",
+                q.id()
+            )));
+        }
+        let split = split_prompt(
+            &self.backend,
+            &self.options.system_prompt,
+            &request.state().render(),
+        )?;
+        let prefix_tokens = self.backend.encode(&split.prefix)?;
+        let limit = self.info.max_context;
+        if prefix_tokens.len() >= limit {
+            return Err(EngineError::InputTooLong {
+                question: None,
+                message: format!(
+                    "the state makes a prompt of {} tokens, over the maximum context length of {limit} tokens for one branch",
+                    prefix_tokens.len()
+                ),
+            });
+        }
+
+        // Plan every stage-one pass, and bound every stage-two pass, before any forward pass.
+        let mut plan = Plan {
+            passes: Vec::new(),
+            wide: Vec::new(),
+        };
+        let mut stage_two_bounds: Vec<(usize, usize)> = Vec::new();
+        for (index, question) in questions.iter().enumerate() {
+            match question.kind() {
+                QuestionKind::Choice {
+                    instructions,
+                    options,
+                } if options.len() > self.options.max_options_per_pass => {
+                    let shown = choice_options(options);
+                    let first = plan.passes.len();
+                    for (offset, option) in shown.iter().enumerate() {
+                        for rendered in self.stage_one(&instructions.render(), option) {
+                            plan.passes.push(Pass {
+                                question: questions.len() + first + offset,
+                                keys: rendered.keys.clone(),
+                                tokens: self.encode_branch(&rendered, &split.tail)?,
+                            });
+                        }
+                    }
+                    // The final pass shows at most the longest candidates; bound it by them.
+                    let mut longest = shown.clone();
+                    longest.sort_by_key(|o| std::cmp::Reverse(o.line.len()));
+                    longest.truncate(self.options.stage_two_candidates);
+                    let bound = self
+                        .choice_rotations(&instructions.render(), &longest)
+                        .iter()
+                        .map(|r| self.encode_branch(r, &split.tail).map(|t| t.len()))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    stage_two_bounds.push((index, bound.iter().sum()));
+                    let widest = bound.into_iter().max().unwrap_or(0);
+                    check_branch(question, prefix_tokens.len() + widest, limit)?;
+                    plan.wide.push((index, shown, first));
+                }
+                kind => {
+                    for rendered in self.rotations(kind) {
+                        plan.passes.push(Pass {
+                            question: index,
+                            keys: rendered.keys.clone(),
+                            tokens: self.encode_branch(&rendered, &split.tail)?,
+                        });
+                    }
+                }
+            }
+        }
+        let mut total = prefix_tokens.len();
+        for pass in &plan.passes {
+            let question = question_of(questions, pass.question, &plan);
+            check_branch(question, prefix_tokens.len() + pass.tokens.len(), limit)?;
+        }
+        for (index, question) in questions.iter().enumerate() {
+            total += plan
+                .passes
+                .iter()
+                .filter(|p| question_of(questions, p.question, &plan).id() == question.id())
+                .map(|p| p.tokens.len())
+                .sum::<usize>();
+            total += stage_two_bounds
+                .iter()
+                .filter(|(i, _)| *i == index)
+                .map(|(_, b)| b)
+                .sum::<usize>();
+            if total > self.options.max_request_tokens {
+                return Err(EngineError::InputTooLong {
+                    question: Some(question.id().to_owned()),
+                    message: format!(
+                        "question {:?} brings the request to {total} tokens, over the maximum context length of {} tokens for one request",
+                        question.id(),
+                        self.options.max_request_tokens
+                    ),
+                });
+            }
+        }
+
+        // Stage one: every plain question, and each wide Choice's options one by one.
+        let prefix = self.backend.encode_prefix(&prefix_tokens)?;
+        let mut used =
+            prefix_tokens.len() + plan.passes.iter().map(|p| p.tokens.len()).sum::<usize>();
+        let slots = questions.len() + plan.passes.len();
+        let mut combined = self.score(&prefix, &plan.passes, slots)?;
+
+        // Stage two: the strongest options of each wide Choice as one Choice.
+        let mut stage_one_trace: HashMap<usize, Value> = HashMap::new();
+        if !plan.wide.is_empty() {
+            let mut passes = Vec::new();
+            let mut finalists: HashMap<usize, Vec<ShownOption>> = HashMap::new();
+            for (index, shown, first) in &plan.wide {
+                let mut strength: Vec<(usize, f64)> = (0..shown.len())
+                    .map(|offset| {
+                        let c = &combined[questions.len() + first + offset];
+                        let yes = c
+                            .keys
+                            .iter()
+                            .position(|k| k == "yes")
+                            .map_or(f64::NEG_INFINITY, |i| c.scores[i]);
+                        let no = c
+                            .keys
+                            .iter()
+                            .position(|k| k == "no")
+                            .map_or(0.0, |i| c.scores[i]);
+                        (offset, yes - no)
+                    })
+                    .collect();
+                strength.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                let mut keep: Vec<usize> = strength
+                    .iter()
+                    .take(self.options.stage_two_candidates)
+                    .map(|(o, _)| *o)
+                    .collect();
+                keep.sort_unstable();
+                stage_one_trace.insert(
+                    *index,
+                    json!(
+                        strength
+                            .iter()
+                            .map(|(o, s)| json!({"key": shown[*o].key, "log_odds_yes": s}))
+                            .collect::<Vec<_>>()
+                    ),
+                );
+                let kept: Vec<ShownOption> = keep.iter().map(|&o| shown[o].clone()).collect();
+                let QuestionKind::Choice { instructions, .. } = questions[*index].kind() else {
+                    continue;
+                };
+                for rendered in self.choice_rotations(&instructions.render(), &kept) {
+                    let tokens = self.encode_branch(&rendered, &split.tail)?;
+                    check_branch(
+                        &questions[*index],
+                        prefix_tokens.len() + tokens.len(),
+                        limit,
+                    )?;
+                    passes.push(Pass {
+                        question: *index,
+                        keys: rendered.keys.clone(),
+                        tokens,
+                    });
+                }
+                finalists.insert(*index, kept);
+            }
+            used += passes.iter().map(|p| p.tokens.len()).sum::<usize>();
+            let mut second = self.score(&prefix, &passes, questions.len())?;
+            for (index, shown, _) in &plan.wide {
+                let mut result = std::mem::take(&mut second[*index]);
+                // Options that did not reach the final pass get probability zero.
+                let finals = finalists.remove(index).unwrap_or_default();
+                let mut scores = vec![f64::NEG_INFINITY; shown.len()];
+                for (key, score) in result.keys.iter().zip(&result.scores) {
+                    if let Some(i) = shown.iter().position(|o| &o.key == key) {
+                        scores[i] = *score;
+                    }
+                }
+                debug_assert_eq!(finals.len(), result.keys.len());
+                result.keys = shown.iter().map(|o| o.key.clone()).collect();
+                result.scores = scores;
+                combined[*index] = result;
+            }
+        }
+
+        let mut answers = IndexMap::with_capacity(questions.len());
+        let mut trace = serde_json::Map::new();
+        for (index, question) in questions.iter().enumerate() {
+            let result = &combined[index];
+            let kind = answer_type(question.kind());
+            let temperature = self.calibration.temperature(kind);
+            let answer = self.answer(question, result, temperature)?;
+            if request.trace() {
+                trace.insert(
+                    question.id().to_owned(),
+                    json!({
+                        "candidate_mass": result.candidate_mass,
+                        "rotations": result.rotations,
+                        "temperature": temperature,
+                        "branch_tokens": result.branch_tokens,
+                        "stage_one": stage_one_trace.get(&index),
+                    }),
+                );
+            }
+            answers.insert(question.id().to_owned(), answer);
+        }
+        if request.trace() {
+            trace.insert("prefix_tokens".into(), json!(prefix_tokens.len()));
+        }
+        Ok(SystemOneResponse {
+            model: self.info.model.clone(),
+            answers,
+            usage: Usage {
+                input_tokens: used as u64,
+                output_tokens: 0,
+            },
+            evaluation_trace: request.trace().then(|| Value::Object(trace)),
+        })
+    }
+}

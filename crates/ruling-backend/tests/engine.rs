@@ -1,0 +1,351 @@
+//! The decision logic on a scripted backend whose "model" is a formula of what it is shown:
+//! each option's logit is a score of its text plus a bias for its letter position. That is
+//! enough to check the algebra exactly: rotations, prior subtraction, the two-stage Choice,
+//! limits and invariants.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ruling_backend::{
+    Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, DecoderEngine, Engine,
+    EngineError, EngineOptions,
+};
+use ruling_schema::{Answer, Capabilities, SystemOneResponse, ValidRequest, parse_request};
+use serde_json::json;
+
+const SPECIALS: [&str; 2] = ["<|im_start|>", "<|im_end|>"];
+
+/// Char-level tokenizer, ChatML template, formula model.
+#[derive(Debug)]
+struct Scripted {
+    info: BackendInfo,
+    /// Added to the logit of the option at each letter position.
+    bias: Vec<f32>,
+    /// Whether the option's text counts at all (off: a pure letter-bias model).
+    content: bool,
+    forward_passes: AtomicUsize,
+}
+
+impl Scripted {
+    fn new(bias: Vec<f32>, content: bool) -> Self {
+        Self {
+            info: BackendInfo {
+                model_id: "scripted".into(),
+                revision: None,
+                context_length: 4096,
+                vision: false,
+            },
+            bias,
+            content,
+            forward_passes: AtomicUsize::new(0),
+        }
+    }
+
+    fn decode(&self, tokens: &[u32]) -> String {
+        tokens
+            .iter()
+            .map(|&t| match t {
+                0 => SPECIALS[0].to_owned(),
+                1 => SPECIALS[1].to_owned(),
+                t => char::from_u32(t - 10).map(String::from).unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// A stable score of an option's text.
+    fn score_of(&self, text: &str) -> f32 {
+        if !self.content {
+            return 0.0;
+        }
+        let sum: u32 = text.bytes().map(u32::from).sum();
+        (sum % 17) as f32 / 4.0
+    }
+}
+
+impl Backend for Scripted {
+    type Prefix = usize;
+
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
+        let mut out: String = messages
+            .iter()
+            .map(|m| format!("<|im_start|>{}\n{}<|im_end|>\n", m.role.as_str(), m.content))
+            .collect();
+        out.push_str("<|im_start|>assistant\n");
+        Ok(out)
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        let mut ids = Vec::new();
+        let mut rest = text;
+        while let Some(c) = rest.chars().next() {
+            if let Some(i) = SPECIALS.iter().position(|s| rest.starts_with(s)) {
+                ids.push(i as u32);
+                rest = &rest[SPECIALS[i].len()..];
+            } else {
+                ids.push(c as u32 + 10);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        Ok(ids)
+    }
+
+    fn encode_prefix(&self, tokens: &[u32]) -> Result<usize, BackendError> {
+        self.forward_passes.fetch_add(1, Ordering::SeqCst);
+        Ok(tokens.len())
+    }
+
+    fn prefix_len(&self, prefix: &usize) -> usize {
+        *prefix
+    }
+
+    fn score_branches(
+        &self,
+        _prefix: &usize,
+        branches: &[Branch<'_>],
+    ) -> Result<Vec<BranchLogits>, BackendError> {
+        self.forward_passes.fetch_add(1, Ordering::SeqCst);
+        Ok(branches
+            .iter()
+            .map(|branch| {
+                let text = self.decode(branch.tokens);
+                let logits: Vec<f32> = branch
+                    .codes
+                    .iter()
+                    .enumerate()
+                    .map(|(position, &code)| {
+                        let letter = char::from_u32(code - 10).unwrap_or('?');
+                        let line = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix(&format!("{letter}. ")))
+                            .unwrap_or("");
+                        self.score_of(line) + self.bias.get(position).copied().unwrap_or(0.0)
+                    })
+                    .collect();
+                let lse = logits.iter().map(|l| l.exp()).sum::<f32>().ln() + 0.1;
+                BranchLogits {
+                    logits,
+                    log_normalizer: lse,
+                }
+            })
+            .collect())
+    }
+}
+
+fn engine(backend: Scripted, rotations: u32, prior: bool) -> DecoderEngine<Scripted> {
+    let options = EngineOptions {
+        rotations,
+        prior,
+        ..EngineOptions::default()
+    };
+    DecoderEngine::new(backend, options, None).unwrap()
+}
+
+fn request(body: serde_json::Value) -> ValidRequest {
+    parse_request(body.to_string().as_bytes(), &Capabilities::default()).unwrap()
+}
+
+fn probabilities(response: &SystemOneResponse, id: &str) -> Vec<(String, f64)> {
+    match &response.answers[id] {
+        Answer::Choice { probabilities, .. } | Answer::Score { probabilities, .. } => {
+            probabilities.iter().map(|(k, p)| (k.clone(), *p)).collect()
+        }
+        Answer::Noul { noul } => vec![("yes".into(), *noul), ("no".into(), 1.0 - noul)],
+        Answer::Box { .. } => panic!("no box here"),
+    }
+}
+
+fn mixed_request() -> ValidRequest {
+    request(json!({
+        "model": "m",
+        "state": {"ticket": 7, "text": "charged twice"},
+        "questions": {
+            "billing": {"type": "noul", "instructions": "Is this about billing?", "criteria": {"true": "payments", "false": null}},
+            "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "tech": null, "sales": "deals", "other": null}},
+            "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high", "critical"]}
+        }
+    }))
+}
+
+#[test]
+fn answers_hold_the_invariants_in_every_setting() {
+    for rotations in [1, 2, 4] {
+        for prior in [false, true] {
+            let engine = engine(
+                Scripted::new(vec![0.7, 0.1, -0.3, 0.2], true),
+                rotations,
+                prior,
+            );
+            let request = mixed_request();
+            let response = engine.evaluate(&request).unwrap();
+            response.check_against(&request).unwrap();
+            assert_eq!(response.usage.output_tokens, 0);
+            assert!(response.usage.input_tokens > 0);
+            assert!(response.evaluation_trace.is_none());
+        }
+    }
+}
+
+#[test]
+fn a_wide_choice_goes_through_two_stages_and_keeps_every_key() {
+    let keys: Vec<String> = (0..40).map(|i| format!("intent_{i:02}")).collect();
+    let criteria: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|k| (k.clone(), json!(format!("about {k}"))))
+        .collect();
+    let request = request(json!({
+        "model": "m", "state": "hello",
+        "questions": {"intent": {"type": "choice", "instructions": "Which intent?", "criteria": criteria}}
+    }));
+    let engine = engine(Scripted::new(vec![0.0; 26], true), 2, true);
+    let response = engine.evaluate(&request).unwrap();
+    response.check_against(&request).unwrap();
+    let probs = probabilities(&response, "intent");
+    assert_eq!(
+        probs.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        keys
+    );
+    assert_eq!(probs.iter().filter(|(_, p)| *p == 0.0).count(), 40 - 8);
+    assert!(probs.iter().filter(|(_, p)| *p > 0.0).count() == 8);
+}
+
+#[test]
+fn with_every_rotation_option_order_does_not_matter() {
+    let base = ["alpha", "bravo", "charlie", "delta", "echo"];
+    let permuted = ["delta", "alpha", "echo", "charlie", "bravo"];
+    let ask = |order: &[&str]| {
+        let criteria: serde_json::Map<String, serde_json::Value> = order
+            .iter()
+            .map(|k| ((*k).to_owned(), json!(format!("the {k} team"))))
+            .collect();
+        request(
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": criteria}}}),
+        )
+    };
+    let engine = engine(
+        Scripted::new(vec![1.5, -0.5, 0.3, 0.9, -1.0], true),
+        5,
+        true,
+    );
+    let a = probabilities(&engine.evaluate(&ask(&base)).unwrap(), "q");
+    let b = probabilities(&engine.evaluate(&ask(&permuted)).unwrap(), "q");
+    for (key, p) in &a {
+        let q = b.iter().find(|(k, _)| k == key).unwrap().1;
+        assert!((p - q).abs() < 1e-5, "{key}: {p} vs {q}");
+    }
+    // And the content still decides: the answer is not uniform.
+    assert!(a.iter().any(|(_, p)| (p - 0.2).abs() > 0.01));
+}
+
+#[test]
+fn the_prior_removes_a_constant_letter_bias() {
+    let biased = || Scripted::new(vec![2.0, 0.5, -1.0, 0.0], false);
+    let request = mixed_request();
+    let debiased = engine(biased(), 1, true).evaluate(&request).unwrap();
+    for id in ["billing", "team", "urgency"] {
+        let probs = probabilities(&debiased, id);
+        let uniform = 1.0 / probs.len() as f64;
+        for (key, p) in probs {
+            assert!((p - uniform).abs() < 1e-9, "{id}/{key}: {p}");
+        }
+    }
+    let raw = engine(biased(), 1, false).evaluate(&request).unwrap();
+    let team = probabilities(&raw, "team");
+    assert!(team[0].1 > 0.5, "the raw answer follows the bias: {team:?}");
+}
+
+#[test]
+fn an_over_long_state_is_refused_before_any_forward_pass() {
+    let engine = engine(Scripted::new(vec![0.0; 4], true), 2, true);
+    let before = engine.backend().forward_passes.load(Ordering::SeqCst);
+    let request = request(json!({
+        "model": "m", "state": "x".repeat(5000),
+        "questions": {"q": {"type": "noul", "instructions": "Long?"}}
+    }));
+    let err = engine.evaluate(&request).unwrap_err();
+    assert!(matches!(err, EngineError::InputTooLong { .. }));
+    assert!(err.to_string().contains("maximum context length"), "{err}");
+    assert_eq!(
+        engine.backend().forward_passes.load(Ordering::SeqCst),
+        before
+    );
+}
+
+#[test]
+fn a_request_over_its_budget_names_the_question() {
+    let options = EngineOptions {
+        max_request_tokens: 600,
+        ..EngineOptions::default()
+    };
+    let engine = DecoderEngine::new(Scripted::new(vec![0.0; 4], true), options, None).unwrap();
+    let before = engine.backend().forward_passes.load(Ordering::SeqCst);
+    let request = request(json!({
+        "model": "m", "state": "short",
+        "questions": {
+            "first": {"type": "noul", "instructions": "One?"},
+            "second": {"type": "noul", "instructions": "y".repeat(400)}
+        }
+    }));
+    let err = engine.evaluate(&request).unwrap_err();
+    let EngineError::InputTooLong { question, message } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(question.as_deref(), Some("second"));
+    assert!(message.contains("maximum context length"));
+    assert_eq!(
+        engine.backend().forward_passes.load(Ordering::SeqCst),
+        before
+    );
+}
+
+#[test]
+fn answers_are_deterministic_and_independent_of_other_questions() {
+    let engine = engine(Scripted::new(vec![0.4, -0.2, 0.1, 0.3], true), 2, true);
+    let full = mixed_request();
+    let a = engine.evaluate(&full).unwrap();
+    let b = engine.evaluate(&full).unwrap();
+    assert_eq!(a, b);
+    let alone = request(json!({
+        "model": "m", "state": {"ticket": 7, "text": "charged twice"},
+        "questions": {"urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high", "critical"]}}
+    }));
+    let c = engine.evaluate(&alone).unwrap();
+    assert_eq!(a.answers["urgency"], c.answers["urgency"]);
+}
+
+#[test]
+fn the_trace_reports_what_was_computed() {
+    let engine = engine(Scripted::new(vec![0.4, -0.2, 0.1, 0.3], true), 2, true);
+    let mut body = json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "Yes?"}}, "trace": true});
+    let response = engine.evaluate(&request(body.clone())).unwrap();
+    let trace = response.evaluation_trace.unwrap();
+    let q = &trace["q"];
+    assert_eq!(q["rotations"].as_array().unwrap().len(), 2);
+    assert_eq!(q["candidate_mass"].as_array().unwrap().len(), 2);
+    assert_eq!(q["temperature"], json!(1.0));
+    assert!(q["rotations"][0]["prior"].is_array());
+    body["trace"] = json!(false);
+    assert!(
+        engine
+            .evaluate(&request(body))
+            .unwrap()
+            .evaluation_trace
+            .is_none()
+    );
+}
+
+#[test]
+fn box_questions_are_refused_by_a_text_engine() {
+    let engine = engine(Scripted::new(vec![0.0; 4], true), 1, true);
+    let request = parse_request(
+        json!({"model": "m", "state": "s", "questions": {"b": {"type": "box", "instructions": "Where?"}}}).to_string().as_bytes(),
+        &Capabilities::vision(),
+    )
+    .unwrap();
+    assert!(matches!(
+        engine.evaluate(&request),
+        Err(EngineError::Unsupported(_))
+    ));
+}
