@@ -1,0 +1,207 @@
+//! ruling in-process: load a model, then answer typed questions about a piece of content with
+//! calibrated probabilities read from the model's logits, with no text generated.
+//!
+//! A complete program (it pulls SmolLM2-135M, 93 MB, on first use):
+//!
+//! ```
+//! use ruling_core::{Options, Ruling};
+//! use ruling_schema::{Answer, SystemOneRequest};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let ruling = Ruling::load("smollm2-135m", &Options::default())?;
+//!
+//! let request: SystemOneRequest = serde_json::from_value(serde_json::json!({
+//!     "model": "smollm2-135m",
+//!     "state": "Hi, my card was charged twice for the March invoice. Please refund one.",
+//!     "questions": {
+//!         "billing": {"type": "noul", "instructions": "Is this ticket about billing?"},
+//!         "team": {"type": "choice", "instructions": "Which team should handle it?",
+//!                  "criteria": {"billing": "refunds and invoices", "tech": "bugs and log-in", "other": null}},
+//!         "urgency": {"type": "score", "instructions": "How urgent is it?",
+//!                     "criteria": ["can wait", "this week", "today"]}
+//!     }
+//! }))?;
+//! let response = ruling.evaluate(&request)?;
+//!
+//! if let Answer::Choice { choice, confidence, .. } = &response.answers["team"] {
+//!     println!("team: {choice} ({confidence:.2})");
+//! }
+//! if let Answer::Noul { noul } = &response.answers["billing"] {
+//!     assert!((0.0..=1.0).contains(noul));
+//! }
+//! println!("{} tokens read", response.usage.input_tokens);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Ruling`] is `Send + Sync`: one loaded model serves concurrent callers.
+
+use std::path::PathBuf;
+
+use ruling_backend::{DecoderEngine, Engine, EngineError, EngineInfo, EngineOptions};
+use ruling_calibration::{Calibration, CalibrationError};
+use ruling_candle::{CandleBackend, LoadError, LoadOptions, WeightDtype};
+use ruling_models::{LocalModel, ModelSpec, PullError, PullOptions, SpecError};
+use ruling_schema::{SystemOneRequest, SystemOneResponse, ValidRequest, ValidationErrors};
+
+pub use ruling_backend::EngineInfo as Info;
+
+/// How to load and run a model. `Default` is what the server uses without flags.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Orderings averaged per question (1: as given; 2: both directions for Noul and Score).
+    pub rotations: u32,
+    /// Subtract the content-free prior of each option count.
+    pub prior: bool,
+    /// A calibration file fitted for this model and these settings.
+    pub calibration: Option<PathBuf>,
+    /// The precision matrices are kept at.
+    pub dtype: WeightDtype,
+    /// The model cache (default: `RULING_CACHE`, else the platform cache directory).
+    pub cache_dir: Option<PathBuf>,
+    /// The name responses carry (default: the model spec).
+    pub served_name: Option<String>,
+    /// Longest prefix plus branch, in tokens (default: the model's own limit).
+    pub max_context: Option<usize>,
+    /// Most tokens one request may put through the model.
+    pub max_request_tokens: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            rotations: 1,
+            prior: true,
+            calibration: None,
+            dtype: WeightDtype::Auto,
+            cache_dir: None,
+            served_name: None,
+            max_context: None,
+            max_request_tokens: EngineOptions::default().max_request_tokens,
+        }
+    }
+}
+
+/// Why a model could not be loaded or a request answered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Pull(#[from] PullError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Calibration(#[from] CalibrationError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The request broke the wire format or this model's limits.
+    #[error("invalid request: {0}")]
+    Invalid(#[from] ValidationErrors),
+    #[error("{0} is a {1} model; ruling-core answers with decoder models so far")]
+    NotADecoder(String, &'static str),
+}
+
+/// A loaded model with its engine, ready to answer requests.
+pub struct Ruling {
+    engine: Box<dyn Engine>,
+}
+
+impl std::fmt::Debug for Ruling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ruling")
+            .field("info", self.engine.info())
+            .finish()
+    }
+}
+
+impl Ruling {
+    /// Load a model spec (a catalog name, `hf:org/repo[@rev]`, or a local path), pulling it
+    /// into the cache first if needed, and build its engine.
+    pub fn load(spec: &str, options: &Options) -> Result<Self, CoreError> {
+        let spec = ModelSpec::parse(spec)?;
+        let mut pull = match &options.cache_dir {
+            Some(dir) => PullOptions::new(dir),
+            None => PullOptions::from_env()?,
+        };
+        pull.hub = pull.hub && std::env::var_os("RULING_NO_HUB").is_none();
+        let local = ruling_models::pull(&spec, &pull)?;
+        let (model_id, revision) = identity(&spec, &local);
+        let path = match &local {
+            LocalModel::Gguf { path } | LocalModel::Directory { path } => path.clone(),
+        };
+        let load = LoadOptions {
+            dtype: options.dtype,
+            context_length: options.max_context,
+            model_id: Some(model_id),
+            revision,
+            ..LoadOptions::default()
+        };
+        let backend = CandleBackend::load(&path, &load)?;
+        let calibration = options
+            .calibration
+            .as_ref()
+            .map(Calibration::load)
+            .transpose()?;
+        let engine_options = EngineOptions {
+            rotations: options.rotations,
+            prior: options.prior,
+            max_request_tokens: options.max_request_tokens,
+            served_name: options.served_name.clone(),
+            ..EngineOptions::default()
+        };
+        let engine = DecoderEngine::new(backend, engine_options, calibration)?;
+        Ok(Self {
+            engine: Box::new(engine),
+        })
+    }
+
+    /// Wrap an engine built elsewhere (another backend, a test double).
+    pub fn from_engine(engine: Box<dyn Engine>) -> Self {
+        Self { engine }
+    }
+
+    pub fn info(&self) -> &EngineInfo {
+        self.engine.info()
+    }
+
+    /// Validate a wire request against this model's capabilities and answer it.
+    pub fn evaluate(&self, request: &SystemOneRequest) -> Result<SystemOneResponse, CoreError> {
+        let valid = request.validate(&self.info().capabilities)?;
+        self.evaluate_valid(&valid)
+    }
+
+    /// Parse and validate a raw JSON body (reporting duplicate keys too), then answer it.
+    pub fn evaluate_json(&self, body: &[u8]) -> Result<SystemOneResponse, CoreError> {
+        let valid = ruling_schema::parse_request(body, &self.info().capabilities)?;
+        self.evaluate_valid(&valid)
+    }
+
+    pub fn evaluate_valid(&self, request: &ValidRequest) -> Result<SystemOneResponse, CoreError> {
+        Ok(self.engine.evaluate(request)?)
+    }
+}
+
+/// The identity calibration files and reports use: the catalog name and the sha256 the
+/// catalog pins, the hub repo and its revision, or a local file's name.
+fn identity(spec: &ModelSpec, local: &LocalModel) -> (String, Option<String>) {
+    match spec {
+        ModelSpec::Catalog(entry) => (
+            entry.name.to_owned(),
+            entry.files.first().map(|f| f.sha256.to_owned()),
+        ),
+        ModelSpec::Hub(repo) => (format!("hf:{}", repo.repo), repo.revision.clone()),
+        ModelSpec::Local(_) => {
+            let path = match local {
+                LocalModel::Gguf { path } | LocalModel::Directory { path } => path,
+            };
+            (
+                path.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                None,
+            )
+        }
+    }
+}
