@@ -1,13 +1,17 @@
 //! `cargo xtask fixtures`: tiny random-weight decoders in the real on-disk formats.
 //!
-//! Writes, deterministically from a seed, a trained byte-level BPE tokenizer and two tiny
-//! decoders, `tiny-llama` (SmolLM2-shaped) and `tiny-qwen2` (Qwen2.5-shaped), each as a Hugging
+//! Writes, deterministically from a seed, trained byte-level BPE tokenizers and four tiny
+//! decoders. `tiny-llama` (SmolLM2-shaped) and `tiny-qwen2` (Qwen2.5-shaped) come as a Hugging
 //! Face directory (config.json, f32 model.safetensors, tokenizer.json, tokenizer_config.json,
 //! generation_config.json) and as a Q8_0 GGUF file converted the way llama.cpp's
-//! `convert_hf_to_gguf.py` converts. Tests of the decoder load both forms of one model and must
+//! `convert_hf_to_gguf.py` converts; tests of the decoder load both forms of one model and must
 //! get the same logits, so the fixtures pin down naming, rope layout, tied heads, biases and
-//! vocabulary padding without any download. `manifest.json` records every file's sha256; a run
-//! whose manifest, seed and generator version already match does nothing.
+//! vocabulary padding without any download. `tiny-qwen3` (Qwen3-shaped) and `tiny-gemma3`
+//! (Gemma 3 text-shaped) come as Hugging Face directories only: they carry the family switches
+//! (q/k norms, GELU, embedding scale, sandwich norms, sliding-window layers with their own rope
+//! base, `query_pre_attn_scalar`) that the decoder is compared on against candle-transformers'
+//! `qwen3` and `gemma3`. `manifest.json` records every file's sha256; a run whose manifest,
+//! seed and generator version already match does nothing.
 
 mod corpus;
 mod gguf;
@@ -28,10 +32,10 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use tokenizer::{Layout, TrainedTokenizer};
-use weights::{Arch, Spec};
+use weights::{Arch, Gemma3Spec, Spec};
 
 /// Bump whenever the bytes written for a given seed change, so stale fixtures are regenerated.
-const GENERATOR_VERSION: u32 = 1;
+const GENERATOR_VERSION: u32 = 2;
 const DEFAULT_SEED: u64 = 20_261_130;
 /// Ids in each trained tokenizer, special tokens included.
 const TOKENIZER_SIZE: usize = 768;
@@ -119,10 +123,11 @@ pub(crate) fn is_current(out: &Path, seed: u64) -> Result<bool> {
     Ok(!manifest.files.is_empty())
 }
 
-/// The two models, SmolLM2- and Qwen2.5-shaped. The Qwen one pads its embedding past the
-/// tokenizer (as Qwen2.5 does: 151936 rows for 151665 tokens), uses 3 layers and a wider MLP,
-/// so code that assumes one shape for both is caught.
-fn specs() -> [(Spec, Layout); 2] {
+/// The four models. The Qwen2.5-shaped one pads its embedding past the tokenizer (as Qwen2.5
+/// does: 151936 rows for 151665 tokens), uses 3 layers and a wider MLP, so code that assumes
+/// one shape for all is caught. Qwen3 and Gemma 3 have a head_dim that is not hidden / heads
+/// (as Qwen3-0.6B's 128 against 1024 / 16), so q and o projections are not square.
+fn specs() -> [(Spec, Layout); 4] {
     [
         (
             Spec {
@@ -140,6 +145,7 @@ fn specs() -> [(Spec, Layout); 2] {
                 vocab_size: TOKENIZER_SIZE,
                 tie_word_embeddings: false,
                 qkv_bias: false,
+                gemma3: None,
             },
             Layout::SmolLm2,
         ),
@@ -159,8 +165,59 @@ fn specs() -> [(Spec, Layout); 2] {
                 vocab_size: TOKENIZER_SIZE + 64,
                 tie_word_embeddings: true,
                 qkv_bias: true,
+                gemma3: None,
             },
             Layout::Qwen2,
+        ),
+        (
+            Spec {
+                arch: Arch::Qwen3,
+                name: "tiny-qwen3",
+                hidden_size: 64,
+                intermediate_size: 192,
+                num_hidden_layers: 3,
+                num_attention_heads: 4,
+                num_key_value_heads: 2,
+                head_dim: 32,
+                rms_norm_eps: 1e-6,
+                rope_theta: 1_000_000.0,
+                max_position_embeddings: 40_960,
+                vocab_size: TOKENIZER_SIZE,
+                tie_word_embeddings: true,
+                qkv_bias: false,
+                gemma3: None,
+            },
+            Layout::Qwen2,
+        ),
+        // Gemma 3 1B's shape scaled down: one key/value head, head_dim twice hidden / heads,
+        // query_pre_attn_scalar at hidden / heads (as Gemma 3 27B's 168 against head_dim 128)
+        // so an attention scaled by head_dim is caught. A window of 8 is far shorter than the
+        // test sequences, and a pattern of 3 (not the default 6) over 5 layers makes layers 0,
+        // 1, 3, 4 local and layer 2 global.
+        (
+            Spec {
+                arch: Arch::Gemma3,
+                name: "tiny-gemma3",
+                hidden_size: 64,
+                intermediate_size: 192,
+                num_hidden_layers: 5,
+                num_attention_heads: 4,
+                num_key_value_heads: 1,
+                head_dim: 32,
+                rms_norm_eps: 1e-6,
+                rope_theta: 1_000_000.0,
+                max_position_embeddings: 32_768,
+                vocab_size: TOKENIZER_SIZE,
+                tie_word_embeddings: true,
+                qkv_bias: false,
+                gemma3: Some(Gemma3Spec {
+                    sliding_window: 8,
+                    sliding_window_pattern: 3,
+                    rope_local_base_freq: 10_000.0,
+                    query_pre_attn_scalar: 16,
+                }),
+            },
+            Layout::SmolLm2,
         ),
     ]
 }
@@ -169,10 +226,16 @@ fn specs() -> [(Spec, Layout); 2] {
 pub(crate) fn generate(out: &Path, seed: u64, verbose: bool) -> Result<Manifest> {
     fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let lines = corpus::training_lines();
+    // One training per layout: the models sharing a layout share its tokenizer.
+    let smollm2 = tokenizer::train(Layout::SmolLm2, &lines, TOKENIZER_SIZE)?;
+    let qwen2 = tokenizer::train(Layout::Qwen2, &lines, TOKENIZER_SIZE)?;
     let mut files = Vec::new();
     for (spec, layout) in specs() {
         let started = Instant::now();
-        let tok = tokenizer::train(layout, &lines, TOKENIZER_SIZE)?;
+        let tok = match layout {
+            Layout::SmolLm2 => &smollm2,
+            Layout::Qwen2 => &qwen2,
+        };
         let tensors = weights::hf_tensors(&spec, seed);
         let dir = out.join(spec.name);
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -191,21 +254,23 @@ pub(crate) fn generate(out: &Path, seed: u64, verbose: bool) -> Result<Manifest>
             });
             Ok(())
         };
-        write("config.json", &pretty(&config_json(&spec, &tok))?)?;
+        write("config.json", &pretty(&config_json(&spec, tok))?)?;
         write(
             "generation_config.json",
-            &pretty(&generation_config(&spec, &tok))?,
+            &pretty(&generation_config(&spec, tok))?,
         )?;
         write("tokenizer.json", tok.json.as_bytes())?;
         write(
             "tokenizer_config.json",
-            &pretty(&tokenizer_config(&spec, &tok))?,
+            &pretty(&tokenizer_config(&spec, tok))?,
         )?;
         write("model.safetensors", &weights::safetensors_bytes(&tensors)?)?;
-        write(
-            &format!("{}.gguf", spec.name),
-            &gguf::gguf_bytes(&spec, &tok, &tensors)?,
-        )?;
+        if spec.arch.writes_gguf() {
+            write(
+                &format!("{}.gguf", spec.name),
+                &gguf::gguf_bytes(&spec, tok, &tensors)?,
+            )?;
+        }
         if verbose {
             eprintln!(
                 "fixtures: {} ({}, {} layers, hidden {}, vocab {} / tokenizer {}) in {} ms",
@@ -325,6 +390,75 @@ fn config_json(spec: &Spec, tok: &TrainedTokenizer) -> serde_json::Value {
             "use_sliding_window": false,
             "vocab_size": spec.vocab_size,
         }),
+        // Qwen3-0.6B's config.json (transformers 4.51): head_dim explicit, no biases.
+        Arch::Qwen3 => json!({
+            "architectures": ["Qwen3ForCausalLM"],
+            "attention_bias": false,
+            "attention_dropout": 0.0,
+            "bos_token_id": tok.endoftext,
+            "eos_token_id": tok.im_end,
+            "head_dim": spec.head_dim,
+            "hidden_act": "silu",
+            "hidden_size": spec.hidden_size,
+            "initializer_range": weights::INIT_STD,
+            "intermediate_size": spec.intermediate_size,
+            "max_position_embeddings": spec.max_position_embeddings,
+            "max_window_layers": spec.num_hidden_layers,
+            "model_type": "qwen3",
+            "num_attention_heads": spec.num_attention_heads,
+            "num_hidden_layers": spec.num_hidden_layers,
+            "num_key_value_heads": spec.num_key_value_heads,
+            "rms_norm_eps": spec.rms_norm_eps,
+            "rope_scaling": null,
+            "rope_theta": spec.rope_theta,
+            "sliding_window": null,
+            "tie_word_embeddings": spec.tie_word_embeddings,
+            "torch_dtype": "float32",
+            "transformers_version": "4.51.0",
+            "use_cache": true,
+            "use_sliding_window": false,
+            "vocab_size": spec.vocab_size,
+        }),
+        // Gemma 3 1B's text config (transformers 4.50, `Gemma3TextConfig`). It has no
+        // `tie_word_embeddings`: the default (tied) is left out by `save_pretrained`.
+        Arch::Gemma3 => {
+            let g = spec
+                .gemma3
+                .as_ref()
+                .expect("a Gemma 3 spec has its Gemma 3 fields");
+            json!({
+                "architectures": ["Gemma3ForCausalLM"],
+                "attention_bias": false,
+                "attention_dropout": 0.0,
+                "attn_logit_softcapping": null,
+                "bos_token_id": tok.im_start,
+                "cache_implementation": "hybrid",
+                "eos_token_id": [tok.im_end, tok.endoftext],
+                "final_logit_softcapping": null,
+                "head_dim": spec.head_dim,
+                "hidden_activation": "gelu_pytorch_tanh",
+                "hidden_size": spec.hidden_size,
+                "initializer_range": weights::INIT_STD,
+                "intermediate_size": spec.intermediate_size,
+                "max_position_embeddings": spec.max_position_embeddings,
+                "model_type": "gemma3_text",
+                "num_attention_heads": spec.num_attention_heads,
+                "num_hidden_layers": spec.num_hidden_layers,
+                "num_key_value_heads": spec.num_key_value_heads,
+                "pad_token_id": tok.endoftext,
+                "query_pre_attn_scalar": g.query_pre_attn_scalar,
+                "rms_norm_eps": spec.rms_norm_eps,
+                "rope_local_base_freq": g.rope_local_base_freq,
+                "rope_scaling": null,
+                "rope_theta": spec.rope_theta,
+                "sliding_window": g.sliding_window,
+                "sliding_window_pattern": g.sliding_window_pattern,
+                "torch_dtype": "float32",
+                "transformers_version": "4.50.0",
+                "use_cache": true,
+                "vocab_size": spec.vocab_size,
+            })
+        }
     }
 }
 
@@ -348,6 +482,26 @@ fn generation_config(spec: &Spec, tok: &TrainedTokenizer) -> serde_json::Value {
             "top_p": 0.8,
             "transformers_version": "4.46.0",
         }),
+        Arch::Qwen3 => json!({
+            "bos_token_id": tok.endoftext,
+            "do_sample": true,
+            "eos_token_id": [tok.im_end, tok.endoftext],
+            "pad_token_id": tok.endoftext,
+            "temperature": 0.6,
+            "top_k": 20,
+            "top_p": 0.95,
+            "transformers_version": "4.51.0",
+        }),
+        Arch::Gemma3 => json!({
+            "bos_token_id": tok.im_start,
+            "cache_implementation": "hybrid",
+            "do_sample": true,
+            "eos_token_id": [tok.im_end, tok.endoftext],
+            "pad_token_id": tok.endoftext,
+            "top_k": 64,
+            "top_p": 0.95,
+            "transformers_version": "4.50.0",
+        }),
     }
 }
 
@@ -370,8 +524,10 @@ fn tokenizer_config(spec: &Spec, tok: &TrainedTokenizer) -> serde_json::Value {
             }),
         );
     }
+    // Qwen3 shares Qwen2.5's tokenizer; the Gemma 3 fixture reuses the SmolLM2-layout one
+    // (its own 262k-entry vocabulary is beside the point of a random-weight model).
     match spec.arch {
-        Arch::Llama => json!({
+        Arch::Llama | Arch::Gemma3 => json!({
             "add_bos_token": false,
             "add_prefix_space": false,
             "added_tokens_decoder": added,
@@ -387,7 +543,7 @@ fn tokenizer_config(spec: &Spec, tok: &TrainedTokenizer) -> serde_json::Value {
             "vocab_size": tok.len(),
         }),
         // Qwen has no BOS token at all (null), and <|endoftext|> pads.
-        Arch::Qwen2 => json!({
+        Arch::Qwen2 | Arch::Qwen3 => json!({
             "add_bos_token": false,
             "add_prefix_space": false,
             "added_tokens_decoder": added,

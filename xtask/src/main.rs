@@ -1,10 +1,12 @@
 //! `cargo xtask`: the project's own automation, written in Rust so it runs wherever cargo does.
 //!
 //! - `cargo xtask fixtures` writes the tiny random-weight models the tests load.
+//! - `cargo xtask bench decoder` measures the decoder and writes `docs/bench/decoder.md`.
 //! - `cargo xtask ci` is the whole test pipeline that README.md and `.ci/run` call.
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod ci;
 mod fixtures;
 
@@ -19,6 +21,8 @@ struct Cli {
 enum Command {
     /// Generate the tiny random-weight model fixtures (deterministic from a seed).
     Fixtures(fixtures::FixturesArgs),
+    /// Measure and write a report (`cargo xtask bench decoder`).
+    Bench(bench::BenchArgs),
     /// Run the whole test pipeline: fmt, clippy, cargo-deny, dependency rules, fixtures, tests.
     Ci(ci::CiArgs),
 }
@@ -27,5 +31,6 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Fixtures(args) => fixtures::run(&args),
         Command::Ci(args) => ci::run(&args),
+        Command::Bench(args) => bench::run(&args),
     }
 }

@@ -65,6 +65,10 @@ pub struct DecoderConfig {
     pub rope_theta: f64,
     /// Rope base of the sliding-window layers, where it differs (Gemma 3).
     pub rope_local_theta: Option<f64>,
+    /// Linear rope scaling (positions divided by this) of the layers at `rope_theta`: Gemma 3
+    /// 4B and larger scale their global layers by 8, and transformers' local rotary embedding
+    /// (`rotary_emb_local`) is built without scaling.
+    pub rope_linear_factor: Option<f64>,
     pub rope_style: RopeStyle,
     pub max_position_embeddings: usize,
     pub tie_word_embeddings: bool,
@@ -80,6 +84,9 @@ pub struct DecoderConfig {
     /// Attention window of the local layers, and which layers are local.
     pub sliding_window: Option<usize>,
     pub sliding_window_pattern: Option<usize>,
+    /// Which layers are local, where `config.json` lists them (transformers 4.53 and later
+    /// write `layer_types` and drop `sliding_window_pattern`); it overrides the pattern.
+    pub local_layers: Option<Vec<bool>>,
     /// Attention scores are scaled by 1/sqrt(this) (head_dim unless the model says otherwise).
     pub query_pre_attn_scalar: f64,
 }
@@ -87,6 +94,9 @@ pub struct DecoderConfig {
 impl DecoderConfig {
     /// Whether layer `index` attends only within the sliding window.
     pub fn is_local_layer(&self, index: usize) -> bool {
+        if let Some(local) = &self.local_layers {
+            return self.sliding_window.is_some() && local.get(index).copied().unwrap_or(false);
+        }
         match (self.sliding_window, self.sliding_window_pattern) {
             (Some(_), Some(pattern)) if pattern > 0 => !(index + 1).is_multiple_of(pattern),
             (Some(_), _) => true,
@@ -99,9 +109,14 @@ impl DecoderConfig {
     }
 
     pub fn layer_rope_theta(&self, index: usize) -> f64 {
+        self.layer_rope(index).0
+    }
+
+    /// Rope base and linear position scaling of layer `index`.
+    pub fn layer_rope(&self, index: usize) -> (f64, Option<f64>) {
         match self.rope_local_theta {
-            Some(local) if self.is_local_layer(index) => local,
-            _ => self.rope_theta,
+            Some(local) if self.is_local_layer(index) => (local, None),
+            _ => (self.rope_theta, self.rope_linear_factor),
         }
     }
 
@@ -124,6 +139,11 @@ impl DecoderConfig {
         }
         if self.num_layers == 0 || self.hidden_size == 0 || self.vocab_size == 0 {
             return bad("a model needs layers, a hidden size and a vocabulary".into());
+        }
+        if let Some(factor) = self.rope_linear_factor.filter(|f| f.is_nan() || *f <= 0.0) {
+            return bad(format!(
+                "linear rope scaling factor {factor} must be positive"
+            ));
         }
         Ok(self)
     }
@@ -152,6 +172,12 @@ impl DecoderConfig {
             rms_norm_eps: raw.rms_norm_eps,
             rope_theta: raw.rope_theta.unwrap_or(10_000.0),
             rope_local_theta: raw.rope_local_base_freq,
+            rope_linear_factor: raw
+                .rope_scaling
+                .as_ref()
+                .map(HfRopeScaling::linear_factor)
+                .transpose()?
+                .flatten(),
             rope_style: RopeStyle::Half,
             max_position_embeddings: raw.max_position_embeddings.unwrap_or(4096),
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(gemma),
@@ -177,6 +203,17 @@ impl DecoderConfig {
                 raw.sliding_window_pattern.or(Some(6))
             } else {
                 None
+            },
+            local_layers: match &raw.layer_types {
+                Some(types) if types.len() != raw.num_hidden_layers => {
+                    return Err(LoadError::Config(format!(
+                        "config.json: layer_types lists {} layers, num_hidden_layers is {}",
+                        types.len(),
+                        raw.num_hidden_layers
+                    )));
+                }
+                Some(types) => Some(types.iter().map(|t| t == "sliding_attention").collect()),
+                None => None,
             },
             query_pre_attn_scalar: raw.query_pre_attn_scalar.unwrap_or(head_dim as f64),
         }
@@ -218,6 +255,16 @@ impl DecoderConfig {
             rope_theta: meta.opt_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0),
             // llama.cpp runs Gemma 3's local layers at the Gemma default base.
             rope_local_theta: gemma.then_some(10_000.0),
+            rope_linear_factor: match meta.opt_string(&key("rope.scaling.type"))?.as_deref() {
+                None | Some("none") => None,
+                Some("linear") => meta.opt_f64(&key("rope.scaling.factor"))?,
+                Some(other) => {
+                    return Err(LoadError::Config(format!(
+                        "{}: rope scaling {other:?} is not supported (only linear)",
+                        key("rope.scaling.type")
+                    )));
+                }
+            },
             rope_style: if family == Family::Llama {
                 RopeStyle::Interleaved
             } else {
@@ -242,6 +289,7 @@ impl DecoderConfig {
                 None
             },
             sliding_window_pattern: gemma.then_some(6),
+            local_layers: None,
             query_pre_attn_scalar: head_dim as f64,
         }
         .check()
@@ -270,6 +318,35 @@ struct HfConfig {
     sliding_window_pattern: Option<usize>,
     use_sliding_window: Option<bool>,
     query_pre_attn_scalar: Option<f64>,
+    rope_scaling: Option<HfRopeScaling>,
+    layer_types: Option<Vec<String>>,
+}
+
+/// `rope_scaling` of a `config.json`. transformers writes the kind as `rope_type`, older
+/// configs as `type` (some both).
+#[derive(Debug, Deserialize)]
+struct HfRopeScaling {
+    rope_type: Option<String>,
+    #[serde(rename = "type")]
+    legacy_type: Option<String>,
+    factor: Option<f64>,
+}
+
+impl HfRopeScaling {
+    /// The factor of a linear scaling, nothing for none; the other kinds (llama3, yarn,
+    /// dynamic, ...) change the rotary tables in ways this decoder does not implement, and
+    /// ignoring them would give wrong logits without a word.
+    fn linear_factor(&self) -> Result<Option<f64>, LoadError> {
+        match self.rope_type.as_deref().or(self.legacy_type.as_deref()) {
+            None | Some("default") => Ok(None),
+            Some("linear") => self.factor.map(Some).ok_or_else(|| {
+                LoadError::Config("config.json: rope_scaling linear without a factor".into())
+            }),
+            Some(other) => Err(LoadError::Config(format!(
+                "config.json: rope_scaling type {other:?} is not supported (only linear)"
+            ))),
+        }
+    }
 }
 
 /// Typed reads of GGUF metadata that name the key when it is missing or mistyped.
@@ -283,6 +360,13 @@ impl Meta<'_> {
     fn required(&self, key: &str) -> Result<&gguf_file::Value, LoadError> {
         self.get(key)?
             .ok_or_else(|| LoadError::MissingMetadata(key.to_owned()))
+    }
+
+    fn opt_string(&self, key: &str) -> Result<Option<String>, LoadError> {
+        self.get(key)?
+            .map(|v| v.to_string().cloned())
+            .transpose()
+            .map_err(|e| LoadError::metadata(key, e))
     }
 
     fn string(&self, key: &str) -> Result<String, LoadError> {
@@ -318,5 +402,69 @@ impl Meta<'_> {
             .map(|v| v.to_f32().map(f64::from).or_else(|_| v.to_f64()))
             .transpose()
             .map_err(|e| LoadError::metadata(key, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gemma 3 4B's shape of `config.json`, cut down to what the parser reads.
+    fn gemma3_json(rope_scaling: &str) -> String {
+        format!(
+            r#"{{"model_type": "gemma3_text", "vocab_size": 32, "hidden_size": 16,
+                "intermediate_size": 32, "num_hidden_layers": 6, "num_attention_heads": 2,
+                "num_key_value_heads": 1, "head_dim": 8, "rms_norm_eps": 1e-6,
+                "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                "sliding_window": 4, "query_pre_attn_scalar": 8,
+                "rope_scaling": {rope_scaling}}}"#
+        )
+    }
+
+    #[test]
+    fn linear_rope_scaling_applies_to_the_global_layers_only() {
+        let config = DecoderConfig::from_hf_json(&gemma3_json(
+            r#"{"factor": 8.0, "rope_type": "linear", "type": "linear"}"#,
+        ))
+        .unwrap();
+        let ropes: Vec<(f64, Option<f64>)> = (0..6).map(|i| config.layer_rope(i)).collect();
+        let local = (10_000.0, None);
+        assert_eq!(ropes, [local, local, local, local, local, (1e6, Some(8.0))]);
+        let plain = DecoderConfig::from_hf_json(&gemma3_json("null")).unwrap();
+        assert_eq!(plain.layer_rope(5), (1e6, None));
+    }
+
+    /// gemma-3-270m's config.json (transformers 4.55) has `layer_types` and no
+    /// `sliding_window_pattern`; the list decides, whatever the default pattern would say.
+    #[test]
+    fn layer_types_decide_which_layers_are_local() {
+        let text = gemma3_json("null").replace(
+            r#""rope_scaling": null"#,
+            r#""rope_scaling": null, "_sliding_window_pattern": 6, "layer_types":
+               ["sliding_attention", "full_attention", "sliding_attention",
+                "sliding_attention", "sliding_attention", "full_attention"]"#,
+        );
+        let config = DecoderConfig::from_hf_json(&text).unwrap();
+        let local: Vec<bool> = (0..6).map(|i| config.is_local_layer(i)).collect();
+        assert_eq!(local, [true, false, true, true, true, false]);
+        assert_eq!(config.layer_window(1), None);
+        assert_eq!(config.layer_window(2), Some(4));
+        let short = gemma3_json("null").replace(
+            r#""rope_scaling": null"#,
+            r#""rope_scaling": null, "layer_types": ["sliding_attention", "full_attention"]"#,
+        );
+        let err = DecoderConfig::from_hf_json(&short).unwrap_err();
+        assert!(err.to_string().contains("layer_types"), "{err}");
+    }
+
+    #[test]
+    fn rope_scaling_this_decoder_cannot_compute_is_refused() {
+        let err = DecoderConfig::from_hf_json(&gemma3_json(
+            r#"{"factor": 8.0, "rope_type": "yarn", "original_max_position_embeddings": 8}"#,
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("yarn"), "{err}");
+        let err = DecoderConfig::from_hf_json(&gemma3_json(r#"{"type": "linear"}"#)).unwrap_err();
+        assert!(err.to_string().contains("factor"), "{err}");
     }
 }

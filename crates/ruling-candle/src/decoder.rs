@@ -4,8 +4,9 @@
 //! Architecture as in "LLaMA: Open and Efficient Foundation Language Models" (Touvron et al.,
 //! 2023) with the family switches of [`DecoderConfig`]. Weight names follow the checkpoints:
 //! Hugging Face `model.layers.N.self_attn.q_proj`, GGUF `blk.N.attn_q`. Parity is tested
-//! against candle-transformers' llama and qwen2 on generated fixtures, and against a naive
-//! full recompute (see [`Decoder::score_naive`]).
+//! against candle-transformers' llama, qwen2, qwen3 and gemma3 on generated fixtures
+//! (`tests/reference_parity.rs`; its gemma3 is corrected there to transformers' attention
+//! scale and window), and against a naive full recompute (see [`Decoder::score_naive`]).
 //!
 //! Attention over a shared prefix is computed in two parts, so the prefix's keys and values
 //! are never copied per branch: every query of every branch attends to the prefix's keys in
@@ -106,15 +107,19 @@ struct Rope {
 }
 
 impl Rope {
+    /// Tables for base `theta`; a linear `factor` divides every frequency (transformers'
+    /// `_compute_linear_scaling_rope_parameters`), which is dividing the positions.
     fn new(
         theta: f64,
+        factor: Option<f64>,
         head_dim: usize,
         positions: usize,
         device: &Device,
     ) -> candle_core::Result<Self> {
         let half = head_dim / 2;
+        let factor = factor.unwrap_or(1.0) as f32;
         let inv_freq: Vec<f32> = (0..half)
-            .map(|i| 1.0 / theta.powf(2.0 * i as f64 / head_dim as f64) as f32)
+            .map(|i| 1.0 / theta.powf(2.0 * i as f64 / head_dim as f64) as f32 / factor)
             .collect();
         let inv_freq = Tensor::from_vec(inv_freq, (1, half), device)?;
         let t = Tensor::arange(0u32, positions as u32, device)?
@@ -223,22 +228,27 @@ impl Decoder {
             });
         }
         let max_positions = config.max_position_embeddings.min(MAX_ROPE_POSITIONS);
-        let mut thetas: Vec<f64> = Vec::new();
+        // One table per distinct (base, scaling): Gemma 3 has two, the others one.
+        let mut kinds: Vec<(f64, Option<f64>)> = Vec::new();
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
-            let theta = config.layer_rope_theta(i);
-            let rope = match thetas.iter().position(|&t| t.to_bits() == theta.to_bits()) {
+            let kind = config.layer_rope(i);
+            let bits =
+                |(theta, factor): (f64, Option<f64>)| (theta.to_bits(), factor.map(f64::to_bits));
+            let rope = match kinds.iter().position(|&k| bits(k) == bits(kind)) {
                 Some(index) => index,
                 None => {
-                    thetas.push(theta);
-                    thetas.len() - 1
+                    kinds.push(kind);
+                    kinds.len() - 1
                 }
             };
             layers.push(Self::load_layer(&config, source, dtype, device, i, rope)?);
         }
-        let ropes = thetas
+        let ropes = kinds
             .iter()
-            .map(|&theta| Rope::new(theta, config.head_dim, max_positions, device))
+            .map(|&(theta, factor)| {
+                Rope::new(theta, factor, config.head_dim, max_positions, device)
+            })
             .collect::<candle_core::Result<Vec<_>>>()?;
         let norm = RmsNorm::load(
             source,
@@ -858,5 +868,30 @@ impl Decoder {
         }
         let source = Source::open_safetensors(&files, device)?;
         Self::load(config, &source, dtype, device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Linear scaling by `f` puts position `f * p` where plain rope puts `p`.
+    #[test]
+    fn linear_rope_scaling_divides_the_positions() {
+        let cpu = Device::Cpu;
+        let plain = Rope::new(1e6, None, 16, 64, &cpu).unwrap();
+        let scaled = Rope::new(1e6, Some(4.0), 16, 64, &cpu).unwrap();
+        for p in [1usize, 3, 15] {
+            for (a, b) in [(&plain.cos, &scaled.cos), (&plain.sin, &scaled.sin)] {
+                let a: Vec<f32> = a.i(p).unwrap().to_vec1().unwrap();
+                let b: Vec<f32> = b.i(4 * p).unwrap().to_vec1().unwrap();
+                let diff = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0, f32::max);
+                assert!(diff < 1e-5, "position {p}: {diff}");
+            }
+        }
     }
 }
