@@ -1,0 +1,259 @@
+//! `ruling-eval ask` end to end: the built binary against the generated tiny fixture (random
+//! weights, so only the shape of the output is checked) and against SmolLM2-135M from the
+//! test cache.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use ruling_schema::{Answer, SystemOneResponse};
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace root exists")
+}
+
+fn tiny_llama() -> String {
+    let path = workspace().join("fixtures/generated/tiny-llama.gguf");
+    assert!(
+        path.exists(),
+        "{} is missing; run `cargo xtask fixtures`",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+/// The binary with no ruling settings inherited from the environment running the tests.
+fn ruling_eval() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ruling-eval"));
+    for var in [
+        "RULING_MODEL",
+        "RULING_ROTATIONS",
+        "RULING_NO_PRIOR",
+        "RULING_CALIBRATION",
+        "RULING_DTYPE",
+    ] {
+        command.env_remove(var);
+    }
+    command
+        .env("RULING_CACHE", workspace().join("target/ruling-cache"))
+        .env("RULING_NO_HUB", "1");
+    command
+}
+
+fn succeed(output: Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "ruling-eval failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+const QUESTIONS: [&str; 3] = [
+    "billing=noul:Is this ticket about billing?",
+    "team=choice:Which team should handle it?:billing,tech,other",
+    "urgency=score:How urgent is it?:can wait,this week,today",
+];
+
+fn ask(model: &str, extra: &[&str]) -> Command {
+    let mut command = ruling_eval();
+    command.args(["ask", "--model", model]);
+    for q in QUESTIONS {
+        command.args(["--question", q]);
+    }
+    command.args(extra);
+    command
+}
+
+fn parse_response(stdout: &str) -> SystemOneResponse {
+    let response: SystemOneResponse = serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("--json output is not a System One response ({e}):\n{stdout}"));
+    response.check().expect("the response keeps its invariants");
+    assert_eq!(
+        response.answers.keys().collect::<Vec<_>>(),
+        ["billing", "team", "urgency"]
+    );
+    match &response.answers["team"] {
+        Answer::Choice { probabilities, .. } => {
+            assert_eq!(
+                probabilities.keys().collect::<Vec<_>>(),
+                ["billing", "tech", "other"]
+            );
+        }
+        other => panic!("team answered as {other:?}"),
+    }
+    match &response.answers["urgency"] {
+        Answer::Score { legend, .. } => {
+            assert_eq!(legend["0"], "can wait");
+            assert_eq!(legend["2"], "today");
+        }
+        other => panic!("urgency answered as {other:?}"),
+    }
+    assert!(response.usage.input_tokens > 0);
+    response
+}
+
+#[test]
+fn tiny_fixture_json_output_is_a_checked_response() {
+    let stdout = succeed(
+        ask(
+            &tiny_llama(),
+            &["--state", "My card was charged twice.", "--json"],
+        )
+        .output()
+        .unwrap(),
+    );
+    let response = parse_response(&stdout);
+    assert!(response.evaluation_trace.is_none());
+}
+
+#[test]
+fn tiny_fixture_table_names_every_question_and_the_timings() {
+    let stdout = succeed(
+        ask(
+            &tiny_llama(),
+            &[
+                "--state",
+                "My card was charged twice.",
+                "--rotations",
+                "2",
+                "--no-prior",
+            ],
+        )
+        .output()
+        .unwrap(),
+    );
+    for needle in [
+        "question",
+        "billing   noul",
+        "P(yes) = ",
+        "team      choice",
+        "urgency   score",
+        "can wait",
+        "loaded in ",
+        "evaluated in ",
+        "tokens read",
+    ] {
+        assert!(
+            stdout.contains(needle),
+            "{needle:?} missing from:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn state_from_a_json_file_and_from_stdin_with_trace() {
+    let dir = std::env::temp_dir().join(format!("ruling-eval-ask-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ticket.json");
+    std::fs::write(
+        &file,
+        r#"{"subject": "Double charge", "body": "Refund one, please."}"#,
+    )
+    .unwrap();
+    let state = format!("@{}", file.display());
+    let stdout = succeed(
+        ask(
+            &tiny_llama(),
+            &["--state", &state, "--json", "--trace", "--dtype", "f32"],
+        )
+        .output()
+        .unwrap(),
+    );
+    let response = parse_response(&stdout);
+    let trace = response.evaluation_trace.expect("--trace asks for a trace");
+    assert!(trace["billing"]["rotations"].is_array(), "{trace}");
+
+    let mut child = ask(&tiny_llama(), &["--state", "-", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"plain text from stdin, not JSON")
+        .unwrap();
+    parse_response(&succeed(child.wait_with_output().unwrap()));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn malformed_questions_fail_with_the_expected_form() {
+    let output = ruling_eval()
+        .args([
+            "ask",
+            "--model",
+            &tiny_llama(),
+            "--state",
+            "s",
+            "--question",
+            "team=choice:Which team?",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("ID=choice:TEXT:KEY,KEY"), "{stderr}");
+    assert!(stderr.contains("option keys after the text"), "{stderr}");
+
+    let output = ruling_eval()
+        .args([
+            "ask",
+            "--model",
+            &tiny_llama(),
+            "--state",
+            "s",
+            "-q",
+            "a=noul:x?",
+            "-q",
+            "a=noul:y?",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("\"a\" is given twice"), "{stderr}");
+
+    let output = ruling_eval()
+        .args([
+            "ask",
+            "--model",
+            &tiny_llama(),
+            "--state",
+            "s",
+            "-q",
+            "a=noul:x?",
+            "--dtype",
+            "q4",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("auto, native, f32, f16 or q8_0"));
+}
+
+#[test]
+fn smollm2_answers_from_the_test_cache() {
+    let stdout = succeed(
+        ask(
+            "smollm2-135m",
+            &[
+                "--state",
+                "Hi, my card was charged twice for the March invoice. Please refund one.",
+                "--json",
+            ],
+        )
+        .output()
+        .unwrap(),
+    );
+    let response = parse_response(&stdout);
+    assert_eq!(response.model, "smollm2-135m");
+}
