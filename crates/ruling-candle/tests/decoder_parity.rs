@@ -37,28 +37,12 @@ fn tolerance(dtype: WeightDtype) -> f32 {
     }
 }
 
-/// Deterministic pseudo-random token ids below `vocab` (a small LCG keeps the test free of
-/// any RNG crate and stable across versions).
-fn tokens(seed: u64, len: usize, vocab: usize) -> Vec<u32> {
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..len)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 33) % vocab as u64) as u32
-        })
-        .collect()
-}
-
 fn branches(count: usize, vocab: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
     (0..count)
         .map(|i| {
             let len = 1 + (i * 7 + 3) % 23;
             let codes: Vec<u32> = (0..2 + i % 5).map(|c| (30 + c * 3) as u32).collect();
-            (tokens(100 + i as u64, len, vocab), codes)
+            (common::tokens(100 + i as u64, len, vocab), codes)
         })
         .collect()
 }
@@ -84,7 +68,7 @@ fn shared_prefix_matches_naive(dtype: WeightDtype) {
     let tolerance = tolerance(dtype);
     for (name, decoder) in models_at(dtype) {
         let vocab = decoder.config().vocab_size.min(700);
-        let prefix = tokens(7, 57, vocab);
+        let prefix = common::tokens(7, 57, vocab);
         let mut cache = decoder.empty_cache();
         decoder.prefill(&mut cache, &prefix).unwrap();
         for count in [1, 7, 33] {
@@ -123,7 +107,7 @@ fn shared_prefix_matches_naive(dtype: WeightDtype) {
 fn chunked_prefill_equals_one_shot_prefill() {
     for (name, decoder) in models() {
         let vocab = decoder.config().vocab_size.min(700);
-        let prefix = tokens(11, 80, vocab);
+        let prefix = common::tokens(11, 80, vocab);
         let mut whole = decoder.empty_cache();
         let one_shot = decoder
             .prefill_chunked(&mut whole, &prefix, 1024)
@@ -184,7 +168,7 @@ fn gguf_and_safetensors_fixtures_are_the_same_model() {
         let gguf =
             Decoder::from_gguf(&dir.join(format!("{stem}.gguf")), WeightDtype::F32, &cpu).unwrap();
         let hf = Decoder::from_hf_dir(&dir.join(stem), WeightDtype::F32, &cpu).unwrap();
-        let prefix = tokens(3, 40, 700);
+        let prefix = common::tokens(3, 40, 700);
         let codes: Vec<u32> = (30..40).collect();
         let a = gguf.score_naive(&prefix, &[5, 6, 7], &codes).unwrap();
         let b = hf.score_naive(&prefix, &[5, 6, 7], &codes).unwrap();

@@ -29,21 +29,6 @@ const TOLERANCE: f32 = 1e-4;
 /// The test sequence: longer than Gemma's window (8) several times over.
 const SEQUENCE: usize = 40;
 
-/// Deterministic pseudo-random token ids below `vocab`, as in `decoder_parity.rs`.
-fn tokens(seed: u64, len: usize, vocab: usize) -> Vec<u32> {
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..len)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 33) % vocab as u64) as u32
-        })
-        .collect()
-}
-
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "lengths");
     a.iter()
@@ -156,7 +141,7 @@ fn last_position_logits_match_candle_transformers() {
     for stem in ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"] {
         let decoder = ours(stem);
         let vocab = decoder.config().vocab_size;
-        let ids = tokens(41, SEQUENCE, vocab.min(700));
+        let ids = common::tokens(41, SEQUENCE, vocab.min(700));
         let reference = reference_logits(stem, &ids);
         assert_eq!(reference.len(), vocab, "{stem}");
         // In one pass, and in chunks that straddle the window so cached prefixes are masked.
@@ -188,7 +173,7 @@ fn last_position_logits_match_candle_transformers() {
 fn gemma3_reference_quirks_are_real() {
     let stem = "tiny-gemma3";
     let decoder = ours(stem);
-    let ids = tokens(41, SEQUENCE, 700);
+    let ids = common::tokens(41, SEQUENCE, 700);
     let got = our_logits(&decoder, &ids, SEQUENCE);
     let input = Tensor::new(ids.as_slice(), &Device::Cpu)
         .unwrap()
@@ -219,7 +204,7 @@ fn branches(count: usize, vocab: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
             // 1 to 23 tokens: many are longer than Gemma's window on their own.
             let len = 1 + (i * 7 + 3) % 23;
             let codes: Vec<u32> = (0..2 + i % 5).map(|c| (30 + c * 3) as u32).collect();
-            (tokens(100 + i as u64, len, vocab), codes)
+            (common::tokens(100 + i as u64, len, vocab), codes)
         })
         .collect()
 }
@@ -237,7 +222,7 @@ fn shared_prefix_branches_equal_the_naive_path_on_qwen3_and_gemma3() {
         // A prefix shorter than the window (only long branches reach past it) and one several
         // windows long (every branch token has prefix keys hidden), prefilled in chunks.
         for prefix_len in [5, 29] {
-            let prefix = tokens(7, prefix_len, vocab);
+            let prefix = common::tokens(7, prefix_len, vocab);
             let mut cache = decoder.empty_cache();
             decoder.prefill_chunked(&mut cache, &prefix, 6).unwrap();
             for layout in [BranchLayout::Rows, BranchLayout::Packed] {

@@ -35,3 +35,19 @@ pub fn catalog_gguf(name: &str) -> PathBuf {
 pub fn smollm2_gguf() -> PathBuf {
     catalog_gguf("smollm2-135m")
 }
+
+/// Deterministic pseudo-random token ids below `vocab` (a small LCG keeps the tests free of
+/// any RNG crate and stable across versions).
+pub fn tokens(seed: u64, len: usize, vocab: usize) -> Vec<u32> {
+    let step = |x: u64| {
+        x.wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407)
+    };
+    let mut state = step(seed);
+    (0..len)
+        .map(|_| {
+            state = step(state);
+            ((state >> 33) % vocab as u64) as u32
+        })
+        .collect()
+}
