@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use candle_core::{Device, Tensor};
-use ruling_backend::{Backend, split_prompt};
+use ruling_backend::{Backend, split_prompt, user_head};
 use ruling_candle::{BranchLayout, CandleBackend, LoadOptions, WeightDtype};
 use ruling_models::{LocalModel, PullOptions};
 use serde::{Deserialize, Serialize};
@@ -142,10 +142,10 @@ const STATE_TEXT: &str = "The customer writes that the invoice for March was cha
     monthly plan to the yearly one if the refund goes through before the end of the month. ";
 
 const QUESTIONS: [&str; 4] = [
-    "\n\nQuestion: Is this ticket about billing or payments?\nA. yes\nB. no\nAnswer with the letter only.",
-    "\n\nQuestion: Which team should handle this ticket first?\nA. billing\nB. technical support\nC. sales\nD. other\nAnswer with the letter only.",
-    "\n\nQuestion: How urgent is this ticket?\nA. can wait\nB. this week\nC. today\nD. right now\nAnswer with the letter only.",
-    "\n\nQuestion: Does the customer sound angry?\nA. yes\nB. no\nAnswer with the letter only.",
+    "Question: Is this ticket about billing or payments?\nA. yes\nB. no\nAnswer with the letter only.",
+    "Question: Which team should handle this ticket first?\nA. billing\nB. technical support\nC. sales\nD. other\nAnswer with the letter only.",
+    "Question: How urgent is this ticket?\nA. can wait\nB. this week\nC. today\nD. right now\nAnswer with the letter only.",
+    "Question: Does the customer sound angry?\nA. yes\nB. no\nAnswer with the letter only.",
 ];
 
 fn seconds(start: Instant) -> f64 {
@@ -172,8 +172,8 @@ fn single(model: &str, dtype: WeightDtype, args: &BenchArgs) -> anyhow::Result<R
     let state = backend.tokenizer().decode(&ids[..args.state_tokens])?;
     let split = split_prompt(
         &backend,
-        "You answer questions about the state with one letter.",
-        &state,
+        ruling_backend::render::SYSTEM_PROMPT,
+        &user_head(&state),
     )?;
     let prefix = backend.encode(&split.prefix)?;
     let codes: Vec<u32> = ["A", "B", "C", "D"]

@@ -8,13 +8,13 @@
 use crate::backend::{Backend, Branch};
 use crate::codes::AnswerCodes;
 use crate::error::ContractError;
-use crate::prompt::{conversation, split_prompt};
+use crate::prompt::{conversation, split_prompt, user_head};
 
 const PROBE_SYSTEM: &str = "You answer questions about the state with a single letter.";
 const PROBE_STATE: &str = "The probe state: a short note about checking a backend.";
 // A branch must carry real text after the state, so the check exercises the cut between
 // the shared prefix and the per-question part exactly as requests do.
-const PROBE_QUESTION: &str = "\n\nQuestion: Is this a probe?\nA. yes\nB. no\nAnswer:";
+const PROBE_QUESTION: &str = "Question: Is this a probe?\nA. yes\nB. no\nAnswer:";
 
 /// What the check learned about a backend that passed.
 #[derive(Debug, Clone)]
@@ -35,11 +35,12 @@ pub fn verify_backend<B: Backend + ?Sized>(
     backend: &B,
     labels: &[&str],
 ) -> Result<ContractReport, ContractError> {
-    let split = split_prompt(backend, PROBE_SYSTEM, PROBE_STATE)?;
+    let head = user_head(PROBE_STATE);
+    let split = split_prompt(backend, PROBE_SYSTEM, &head)?;
     let full = backend.render_chat(&conversation(
         backend,
         PROBE_SYSTEM,
-        &format!("{PROBE_STATE}{PROBE_QUESTION}"),
+        &format!("{head}{PROBE_QUESTION}"),
     ))?;
 
     if !full.starts_with(&split.prefix) {

@@ -27,4 +27,4 @@ pub use contract::{ContractReport, verify_backend};
 pub use decision::{DecoderEngine, EngineOptions};
 pub use engine::{Engine, EngineError, EngineInfo};
 pub use error::{BackendError, BoxError, ContractError};
-pub use prompt::{PromptSplit, SPLIT_MARKER, split_prompt};
+pub use prompt::{PromptSplit, SPLIT_MARKER, split_prompt, user_head};

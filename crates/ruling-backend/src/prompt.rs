@@ -17,6 +17,19 @@ pub struct PromptSplit {
     pub tail: String,
 }
 
+/// The user turn up to the split: the state with trailing whitespace removed and one newline.
+///
+/// Where the prefix ends decides whether encoding it apart from the branch gives the tokens
+/// encoding them together would. Pre-tokenizers merge runs that cross such a seam in two ways:
+/// GPT-2-style ones keep a run of newlines whole only at the end of a text (so a prefix ending
+/// in a blank line splits differently once a question follows), and Qwen's join punctuation with
+/// the newlines after it (so a branch starting with a newline merges with a state ending in a
+/// full stop). One newline at the end of the prefix and a branch starting with a letter is a
+/// seam neither family crosses; `verify_backend` checks it for each model at load.
+pub fn user_head(state_text: &str) -> String {
+    format!("{}\n", state_text.trim_end())
+}
+
 /// Render `system` and the user turn `user_head` through the template and cut the result
 /// where `user_head` ends. A template without a system role gets the system text at the top
 /// of the user turn instead.

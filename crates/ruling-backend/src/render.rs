@@ -49,7 +49,9 @@ pub fn render(
     } else {
         (0..n).map(|i| (i + shift) % n).collect()
     };
-    let mut text = String::from("\n\nQuestion: ");
+    // The branch starts with a letter, right after the newline that ends the prefix (see
+    // `prompt::user_head` for why the seam sits there).
+    let mut text = String::from("Question: ");
     text.push_str(instructions.trim());
     if !preamble.is_empty() {
         text.push('\n');

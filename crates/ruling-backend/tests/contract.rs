@@ -254,8 +254,8 @@ fn a_tail_that_depends_on_the_question_is_caught() {
 
 #[test]
 fn a_token_spanning_the_split_is_caught() {
-    // The probe state ends with "backend." and the question starts with "\n\n".
-    let err = verify_backend(&Toy::new().with_piece(".\n\nQ"), &DEFAULT_CODES[..4]).unwrap_err();
+    // The probe state ends with "backend.\n" and the question starts with "Question".
+    let err = verify_backend(&Toy::new().with_piece(".\nQ"), &DEFAULT_CODES[..4]).unwrap_err();
     let ContractError::TokenBoundary {
         apart, together, ..
     } = &err

@@ -51,7 +51,8 @@ pub use ruling_backend::EngineInfo as Info;
 pub struct Options {
     /// Orderings averaged per question (1: as given; 2: both directions for Noul and Score).
     pub rotations: u32,
-    /// Subtract the content-free prior of each option count.
+    /// Subtract the content-free prior of each option count (off by default; see
+    /// `ruling_backend::EngineOptions::prior` for the measurements behind that).
     pub prior: bool,
     /// A calibration file fitted for this model and these settings.
     pub calibration: Option<PathBuf>,
@@ -71,7 +72,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             rotations: 1,
-            prior: true,
+            prior: false,
             calibration: None,
             dtype: WeightDtype::Auto,
             cache_dir: None,

@@ -61,9 +61,10 @@ struct AskArgs {
     /// that many cyclic rotations for a choice).
     #[arg(long, env = "RULING_ROTATIONS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     rotations: u32,
-    /// Do not subtract the content-free prior of each option count.
-    #[arg(long, env = "RULING_NO_PRIOR")]
-    no_prior: bool,
+    /// Subtract the content-free prior of each option count (off by default: it over-corrects
+    /// the small models on development data).
+    #[arg(long, env = "RULING_PRIOR")]
+    prior: bool,
     /// A calibration file fitted for this model and these settings.
     #[arg(long, env = "RULING_CALIBRATION")]
     calibration: Option<PathBuf>,
@@ -110,7 +111,7 @@ fn ask(args: AskArgs) -> anyhow::Result<()> {
 
     let options = Options {
         rotations: args.rotations,
-        prior: !args.no_prior,
+        prior: args.prior,
         calibration: args.calibration.clone(),
         dtype: args.dtype,
         cache_dir: args.cache.clone(),

@@ -122,7 +122,7 @@ fn tiny_fixture_table_names_every_question_and_the_timings() {
                 "My card was charged twice.",
                 "--rotations",
                 "2",
-                "--no-prior",
+                "--prior",
             ],
         )
         .output()
