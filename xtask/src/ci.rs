@@ -10,7 +10,12 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 
 /// Crates that sit above no tensor library, async runtime or HTTP stack (DESIGN.md, "Layers").
-const PURE_CRATES: &[&str] = &["ruling-schema", "ruling-calibration", "ruling-backend"];
+const PURE_CRATES: &[&str] = &[
+    "ruling-schema",
+    "ruling-calibration",
+    "ruling-backend",
+    "ruling-corpus",
+];
 const FORBIDDEN_IN_PURE: &[&str] = &["candle-core", "candle-nn", "tokio", "axum", "hyper"];
 
 #[derive(Debug, clap::Args)]

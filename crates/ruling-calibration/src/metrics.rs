@@ -1,9 +1,13 @@
 //! Calibration and accuracy metrics over a set of answers, for the evaluator's reports and for
-//! judging a fitted temperature.
+//! judging a fitted temperature: ECE with its reliability bins, Brier, log loss, coverage at an
+//! error rate, accuracy, macro-F1, the mean absolute error of an expected score level, the KL
+//! divergence of a soft target from a prediction, and the flip rate between two orderings.
 //!
 //! Every function refuses empty input, mismatched lengths and values outside their domain with
 //! a [`MetricError`] naming the item at fault, rather than returning a number that averages
 //! over garbage.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -73,6 +77,31 @@ pub enum MetricError {
         predicted: usize,
         /// Classes in the target.
         target: usize,
+    },
+    /// A value that must be a finite number was NaN or infinite.
+    #[error("{name} of item {item} must be finite, got {value}")]
+    NonFinite {
+        /// What the value is (`"expected level"`, `"score"`, `"sample a"`).
+        name: &'static str,
+        /// Index of the item.
+        item: usize,
+        /// The value given.
+        value: f64,
+    },
+    /// A list of scores had no entries, so it has no argmax.
+    #[error("item {item} has no scores")]
+    NoScores {
+        /// Index of the item.
+        item: usize,
+    },
+    /// A bootstrap needs at least one resample.
+    #[error("the number of bootstrap resamples must be at least 1")]
+    NoResamples,
+    /// The confidence level of an interval was not strictly between 0 and 1.
+    #[error("the confidence level must lie strictly between 0 and 1, got {value}")]
+    InvalidLevel {
+        /// The level given.
+        value: f64,
     },
 }
 
@@ -293,6 +322,157 @@ pub fn coverage_at_error(
         start = end;
     }
     Ok(best as f64 / total as f64)
+}
+
+/// The share of items whose prediction equals the label.
+pub fn accuracy<T: PartialEq>(predictions: &[T], labels: &[T]) -> Result<f64, MetricError> {
+    check_parallel("predictions", predictions.len(), "labels", labels.len())?;
+    let right = predictions
+        .iter()
+        .zip(labels)
+        .filter(|(p, l)| p == l)
+        .count();
+    Ok(right as f64 / labels.len() as f64)
+}
+
+/// The unweighted mean over classes of each class's F1 score.
+///
+/// The classes are those that occur among the labels or the predictions (as scikit-learn does
+/// by default). For class `c`, with `tp` items labelled and predicted `c`, `fp` predicted `c`
+/// but labelled otherwise and `fn` labelled `c` but predicted otherwise,
+/// `F1_c = 2 tp / (2 tp + fp + fn)`; every class counted occurs somewhere, so the denominator
+/// is never zero. A class that is only ever predicted, never the label, scores 0 and pulls the
+/// mean down: inventing a class costs. A class of the question that occurs in neither list is
+/// not counted, so a sample that happens to lack a class is not punished for it. Every class
+/// weighs the same whatever its frequency, which is the point of macro-F1 on skewed labels.
+pub fn macro_f1<T: Ord>(predictions: &[T], labels: &[T]) -> Result<f64, MetricError> {
+    check_parallel("predictions", predictions.len(), "labels", labels.len())?;
+    // (tp, fp, fn) per class; a BTreeMap keeps the summation order, and so the result, fixed.
+    let mut counts: BTreeMap<&T, (usize, usize, usize)> = BTreeMap::new();
+    for (prediction, label) in predictions.iter().zip(labels) {
+        if prediction == label {
+            counts.entry(label).or_default().0 += 1;
+        } else {
+            counts.entry(prediction).or_default().1 += 1;
+            counts.entry(label).or_default().2 += 1;
+        }
+    }
+    let total: f64 = counts
+        .values()
+        .map(|&(tp, fp, fn_)| (2 * tp) as f64 / (2 * tp + fp + fn_) as f64)
+        .sum();
+    Ok(total / counts.len() as f64)
+}
+
+/// The expected level index of a score answer, `sum_k k * p_k`, from its level
+/// probabilities lowest first (what a System One score answer reports as `score`).
+pub fn expected_level(probs: &[f64]) -> Result<f64, DistributionError> {
+    check_distribution(probs)?;
+    Ok(probs.iter().enumerate().map(|(k, &p)| k as f64 * p).sum())
+}
+
+/// Mean absolute error of expected levels against the true level indices:
+/// the mean over items of `|expected_i - level_i|`, in levels.
+///
+/// Unlike accuracy on the most likely level, it credits an answer for being near the truth on
+/// an ordered scale (SST-5's "positive" for "very positive" costs 1, "very negative" costs 4).
+pub fn mean_absolute_error(expected: &[f64], levels: &[usize]) -> Result<f64, MetricError> {
+    check_parallel("expected", expected.len(), "levels", levels.len())?;
+    if let Some(item) = expected.iter().position(|e| !e.is_finite()) {
+        return Err(MetricError::NonFinite {
+            name: "expected level",
+            item,
+            value: expected[item],
+        });
+    }
+    let total: f64 = expected
+        .iter()
+        .zip(levels)
+        .map(|(&e, &level)| (e - level as f64).abs())
+        .sum();
+    Ok(total / expected.len() as f64)
+}
+
+/// The floor put under a predicted probability inside [`kl_divergence`].
+pub const KL_EPSILON: f64 = 1e-12;
+
+/// The Kullback-Leibler divergence of the target `q` from the prediction `p`, in nats:
+/// `KL(q || p) = sum_k q_k ln(q_k / p_k)`, how much worse `p` codes outcomes drawn from `q`
+/// than `q` itself. It is 0 exactly when `p = q`.
+///
+/// Epsilon: terms with `q_k = 0` are 0 (the limit of `q ln q`), whatever `p_k` is. Where
+/// `q_k > 0`, `p_k` is floored at [`KL_EPSILON`] (1e-12) without renormalising, so a model that
+/// rules out an answer some annotators gave pays at most `q_k * 27.6` nats instead of
+/// infinity, and a dataset mean stays finite and comparable between models. (Log loss, by
+/// contrast, reports the honest `+inf`.) Both must be distributions of the same length.
+pub fn kl_divergence(target: &[f64], predicted: &[f64]) -> Result<f64, MetricError> {
+    check_soft_pair(0, predicted, target)?;
+    Ok(kl_unchecked(target, predicted))
+}
+
+/// Mean over items of [`kl_divergence`]`(targets[i], probs[i])`.
+pub fn mean_kl_divergence(probs: &[Vec<f64>], targets: &[Vec<f64>]) -> Result<f64, MetricError> {
+    check_parallel("probs", probs.len(), "targets", targets.len())?;
+    let mut total = 0.0;
+    for (item, (row, target)) in probs.iter().zip(targets).enumerate() {
+        check_soft_pair(item, row, target)?;
+        total += kl_unchecked(target, row);
+    }
+    Ok(total / probs.len() as f64)
+}
+
+fn kl_unchecked(target: &[f64], predicted: &[f64]) -> f64 {
+    target
+        .iter()
+        .zip(predicted)
+        .filter(|&(&q, _)| q > 0.0)
+        .map(|(&q, &p)| q * (q.ln() - p.max(KL_EPSILON).ln()))
+        .sum()
+}
+
+/// The index of the largest score; on a tie, the lowest such index. `None` when empty.
+/// Scores are meant to be finite (a NaN is never chosen unless it comes first).
+pub fn argmax(scores: &[f64]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, &s) in scores.iter().enumerate() {
+        if best.is_none_or(|b| s > scores[b]) {
+            best = Some(i);
+        }
+    }
+    best
+}
+
+/// The share of items whose argmax differs between two orderings of the same question.
+///
+/// `first[i]` and `second[i]` are item `i`'s scores (probabilities, log-probabilities or
+/// logits: only their order matters) under two presentations, for instance the options as
+/// given and reversed, both mapped back to the same canonical option order. A tie resolves to
+/// the earlier option in both, as [`argmax`] does. Rows must be non-empty, finite and of equal
+/// length per item.
+pub fn flip_rate(first: &[Vec<f64>], second: &[Vec<f64>]) -> Result<f64, MetricError> {
+    check_parallel("first", first.len(), "second", second.len())?;
+    let mut flips = 0usize;
+    for (item, (a, b)) in first.iter().zip(second).enumerate() {
+        if a.len() != b.len() {
+            return Err(MetricError::ClassCountMismatch {
+                item,
+                predicted: a.len(),
+                target: b.len(),
+            });
+        }
+        if let Some(&value) = a.iter().chain(b).find(|s| !s.is_finite()) {
+            return Err(MetricError::NonFinite {
+                name: "score",
+                item,
+                value,
+            });
+        }
+        match (argmax(a), argmax(b)) {
+            (Some(x), Some(y)) => flips += usize::from(x != y),
+            _ => return Err(MetricError::NoScores { item }),
+        }
+    }
+    Ok(flips as f64 / first.len() as f64)
 }
 
 fn check_parallel(
@@ -524,6 +704,173 @@ mod tests {
             Err(MetricError::InvalidConfidence { item: 0, .. })
         ));
         assert_eq!(coverage_at_error(&[], &[], 0.1), Err(MetricError::Empty));
+    }
+
+    #[test]
+    fn ece_and_coverage_at_five_percent_worked_by_hand_on_ten_items() {
+        // Ten answers, already in order of confidence:
+        //   item:        0    1    2    3    4    5    6    7    8    9
+        //   confidence: .98  .95  .91  .88  .88  .81  .74  .62  .55  .43
+        //   correct:     y    y    y    y    y    n    y    n    y    n
+        //
+        // ECE with 10 bins; item i goes to bin floor(10 c):
+        //   bin 9 [.9, 1]:  .98 .95 .91 -> 3 right, confidence sum 2.84, |3 - 2.84| = 0.16
+        //   bin 8 [.8, .9): .88 .88 .81 -> 2 right, confidence sum 2.57, |2 - 2.57| = 0.57
+        //   bin 7: .74 right  |1 - .74| = 0.26      bin 6: .62 wrong  |0 - .62| = 0.62
+        //   bin 5: .55 right  |1 - .55| = 0.45      bin 4: .43 wrong  |0 - .43| = 0.43
+        // ECE = sum_b (n_b / N) |acc_b - conf_b| = (1/N) sum_b |right_b - confidence sum_b|
+        //     = (0.16 + 0.57 + 0.26 + 0.62 + 0.45 + 0.43) / 10 = 2.49 / 10 = 0.249.
+        //
+        // Coverage at 5% error: a kept prefix of n answers may hold at most 0.05 n errors,
+        // which is below one for every n <= 10, so the prefix must be error-free. The first
+        // five are right (the tie at .88 is kept whole: both right); the sixth is wrong, and
+        // every longer prefix has 1/6 = 0.17 or more errors. Coverage = 5 / 10 = 0.5.
+        // At 20%: 1/6 and 1/7 qualify, 2/8 does not, nor 2/9 or 3/10: coverage 7 / 10.
+        let confidences = [0.98, 0.95, 0.91, 0.88, 0.88, 0.81, 0.74, 0.62, 0.55, 0.43];
+        let correct = [
+            true, true, true, true, true, false, true, false, true, false,
+        ];
+        let diagram = reliability_diagram(&confidences, &correct, 10).expect("valid input");
+        assert!(close(diagram.ece, 0.249), "{}", diagram.ece);
+        let counts: Vec<usize> = diagram.bins.iter().map(|b| b.count).collect();
+        assert_eq!(counts, [0, 0, 0, 0, 1, 1, 1, 1, 3, 3]);
+        assert!(close(
+            diagram.bins[8].accuracy.expect("non-empty"),
+            2.0 / 3.0
+        ));
+        assert!(close(
+            coverage_at_error(&confidences, &correct, 0.05).expect("valid"),
+            0.5
+        ));
+        assert!(close(
+            coverage_at_error(&confidences, &correct, 0.2).expect("valid"),
+            0.7
+        ));
+        // Shuffling the items changes neither.
+        let order = [7, 2, 9, 0, 5, 3, 8, 1, 6, 4];
+        let c: Vec<f64> = order.iter().map(|&i| confidences[i]).collect();
+        let r: Vec<bool> = order.iter().map(|&i| correct[i]).collect();
+        assert!(close(
+            expected_calibration_error(&c, &r, 10).expect("valid"),
+            0.249
+        ));
+        assert!(close(coverage_at_error(&c, &r, 0.05).expect("valid"), 0.5));
+        // And the accuracy of the ten is 7/10.
+        assert!(close(accuracy(&correct, &[true; 10]).expect("valid"), 0.7));
+    }
+
+    #[test]
+    fn accuracy_and_macro_f1_hand_worked() {
+        // labels      a a b b c
+        // predictions a b b b a
+        // a: tp 1 (item 0), fp 1 (item 4), fn 1 (item 1): F1 = 2 / (2 + 1 + 1) = 0.5
+        // b: tp 2, fp 1 (item 1), fn 0:                    F1 = 4 / (4 + 1)     = 0.8
+        // c: tp 0, fp 0, fn 1 (item 4):                    F1 = 0 / 1           = 0
+        // macro-F1 = (0.5 + 0.8 + 0) / 3 = 1.3 / 3; accuracy 3/5.
+        let labels = ["a", "a", "b", "b", "c"];
+        let predictions = ["a", "b", "b", "b", "a"];
+        assert!(close(accuracy(&predictions, &labels).expect("valid"), 0.6));
+        assert!(close(
+            macro_f1(&predictions, &labels).expect("valid"),
+            1.3 / 3.0
+        ));
+        // A class only ever predicted counts, with F1 0: a scores 2/3, z scores 0.
+        assert!(close(
+            macro_f1(&["a", "z"], &["a", "a"]).expect("valid"),
+            1.0 / 3.0
+        ));
+        // Perfect predictions score 1 whatever classes are absent.
+        assert!(close(macro_f1(&[3, 1, 3], &[3, 1, 3]).expect("valid"), 1.0));
+        assert_eq!(accuracy::<u8>(&[], &[]), Err(MetricError::Empty));
+        assert!(matches!(
+            macro_f1(&[1], &[1, 2]),
+            Err(MetricError::LengthMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn expected_level_and_its_mean_absolute_error_hand_worked() {
+        // [0.1, 0.2, 0.7]: 0 * 0.1 + 1 * 0.2 + 2 * 0.7 = 1.6, true level 2: error 0.4.
+        // [0.5, 0.5, 0.0]: 0.5, true level 0: error 0.5. Mean 0.45.
+        let first = expected_level(&[0.1, 0.2, 0.7]).expect("a distribution");
+        let second = expected_level(&[0.5, 0.5, 0.0]).expect("a distribution");
+        assert!(close(first, 1.6) && close(second, 0.5));
+        assert!(close(
+            mean_absolute_error(&[first, second], &[2, 0]).expect("valid"),
+            0.45
+        ));
+        assert!(expected_level(&[0.5, 0.6]).is_err());
+        assert!(matches!(
+            mean_absolute_error(&[f64::NAN], &[1]),
+            Err(MetricError::NonFinite { item: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn kl_divergence_hand_worked() {
+        // q = (0.5, 0.5), p = (0.25, 0.75):
+        // 0.5 ln(0.5 / 0.25) + 0.5 ln(0.5 / 0.75) = 0.5 ln 2 + 0.5 ln(2/3) = 0.5 ln(4/3).
+        let kl = kl_divergence(&[0.5, 0.5], &[0.25, 0.75]).expect("valid");
+        assert!(close(kl, 0.5 * (4.0f64 / 3.0).ln()), "{kl}");
+        assert!(close(
+            kl_divergence(&[0.2, 0.8], &[0.2, 0.8]).expect("valid"),
+            0.0
+        ));
+        // Where the target has no mass the prediction may be anything, even 0.
+        assert!(close(
+            kl_divergence(&[0.0, 1.0], &[0.0, 1.0]).expect("valid"),
+            0.0
+        ));
+        // Ruling out what happened costs -ln(1e-12) = 12 ln 10, not infinity.
+        let ruled_out = kl_divergence(&[1.0, 0.0], &[0.0, 1.0]).expect("valid");
+        assert!(close(ruled_out, 12.0 * 10f64.ln()), "{ruled_out}");
+        let mean = mean_kl_divergence(
+            &[vec![0.25, 0.75], vec![0.2, 0.8]],
+            &[vec![0.5, 0.5], vec![0.2, 0.8]],
+        )
+        .expect("valid");
+        assert!(close(mean, kl / 2.0));
+        assert!(matches!(
+            kl_divergence(&[0.5, 0.5], &[1.0]),
+            Err(MetricError::ClassCountMismatch { .. })
+        ));
+        assert!(matches!(
+            mean_kl_divergence(&[vec![0.5, 0.5]], &[vec![0.6, 0.6]]),
+            Err(MetricError::InvalidDistribution { item: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn flip_rate_hand_worked() {
+        // Item 0: argmax 0 then 0 (kept). Item 1: 2 then 0 (flip). Item 2: a tie (0.5, 0.5)
+        // resolves to option 0 both times (kept). Item 3: log-probabilities, 1 then 0 (flip).
+        let first = vec![
+            vec![0.7, 0.2, 0.1],
+            vec![0.1, 0.3, 0.6],
+            vec![0.5, 0.5],
+            vec![-2.0, -0.1],
+        ];
+        let second = vec![
+            vec![0.6, 0.3, 0.1],
+            vec![0.5, 0.3, 0.2],
+            vec![0.5, 0.5],
+            vec![-0.1, -2.0],
+        ];
+        assert!(close(flip_rate(&first, &second).expect("valid"), 0.5));
+        assert_eq!(argmax(&[1.0, 3.0, 3.0]), Some(1));
+        assert_eq!(argmax(&[]), None);
+        assert!(matches!(
+            flip_rate(&[vec![0.5, 0.5]], &[vec![1.0]]),
+            Err(MetricError::ClassCountMismatch { item: 0, .. })
+        ));
+        assert!(matches!(
+            flip_rate(&[vec![]], &[vec![]]),
+            Err(MetricError::NoScores { item: 0 })
+        ));
+        assert!(matches!(
+            flip_rate(&[vec![f64::NAN]], &[vec![1.0]]),
+            Err(MetricError::NonFinite { item: 0, .. })
+        ));
     }
 
     proptest! {

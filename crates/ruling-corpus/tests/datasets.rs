@@ -1,0 +1,524 @@
+//! The readers against the real files in `shared/datasets` (beside the workspace, as in CI):
+//! row counts and label counts per split as MANIFEST.md states them, every record a valid
+//! System One request, soft targets that are distributions, disjoint splits, refusals of the
+//! splits a dataset does not have, seeded sampling and the CLINC150 subsets.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+
+use ruling_corpus::{CorpusError, Dataset, Label, LoadOptions, Record, Split, catalog, load};
+use ruling_schema::{Capabilities, Question};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/datasets")
+}
+
+fn options() -> LoadOptions {
+    LoadOptions {
+        root: Some(root()),
+        ..LoadOptions::default()
+    }
+}
+
+fn all(dataset: Dataset, split: Split) -> Vec<Record> {
+    load(dataset, split, &options()).unwrap_or_else(|e| panic!("{dataset} {split}: {e}"))
+}
+
+fn sample(dataset: Dataset, split: Split, limit: usize, seed: u64) -> Vec<Record> {
+    let options = LoadOptions {
+        limit: Some(limit),
+        seed,
+        ..options()
+    };
+    load(dataset, split, &options).unwrap_or_else(|e| panic!("{dataset} {split}: {e}"))
+}
+
+fn ids(records: &[Record]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| r.id.clone().expect("every dataset record has an id"))
+        .collect()
+}
+
+/// How often each label of question `question` occurs.
+fn label_counts(records: &[Record], question: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for record in records {
+        *counts
+            .entry(record.labels[question].answer_key())
+            .or_default() += 1;
+    }
+    counts
+}
+
+fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect()
+}
+
+/// Rows per split: MANIFEST.md's counts, split as the datasets README says.
+const ROWS: [(Dataset, Split, usize); 20] = [
+    // 3,270 rows, idx 0 to 3269: 1,635 even and 1,635 odd.
+    (Dataset::Boolq, Split::Dev, 1635),
+    (Dataset::Boolq, Split::HeldOut, 1635),
+    (Dataset::ChaosnliSnli, Split::Dev, 1514),
+    (Dataset::ChaosnliMnli, Split::Dev, 1599),
+    (Dataset::Sst5, Split::Dev, 1101),
+    (Dataset::Sst5, Split::HeldOut, 2210),
+    // stsa.fine.dev less its 229 neutral sentences: the usual SST-2 dev set of 872.
+    (Dataset::Sst2, Split::Dev, 872),
+    (Dataset::Sst2, Split::HeldOut, 1821),
+    // train 15,000 + val 3,000 + oos_train 100 + oos_val 100; test 4,500 + oos_test 1,000.
+    (Dataset::Clinc150 { subset: None }, Split::Dev, 18_200),
+    (Dataset::Clinc150 { subset: None }, Split::HeldOut, 5_500),
+    (Dataset::Clinc150 { subset: Some(20) }, Split::Dev, 18_200),
+    (
+        Dataset::Clinc150 { subset: Some(20) },
+        Split::HeldOut,
+        5_500,
+    ),
+    (Dataset::Banking77, Split::HeldOut, 3080),
+    (Dataset::AgNews, Split::HeldOut, 7600),
+    (Dataset::Trec, Split::HeldOut, 500),
+    (Dataset::Goemotions, Split::Dev, 5427),
+    (Dataset::Cb, Split::Dev, 56),
+    (Dataset::Rte, Split::Dev, 277),
+    // Both CLINC150 forms read the same rows; the counts above are per form.
+    (Dataset::Clinc150 { subset: Some(1) }, Split::HeldOut, 5_500),
+    (
+        Dataset::Clinc150 { subset: Some(149) },
+        Split::HeldOut,
+        5_500,
+    ),
+];
+
+#[test]
+fn row_counts_per_split_match_the_manifest() {
+    for (dataset, split, expected) in ROWS {
+        let records = all(dataset, split);
+        assert_eq!(records.len(), expected, "{dataset} {split}");
+        let unique: HashSet<String> = ids(&records).into_iter().collect();
+        assert_eq!(unique.len(), expected, "{dataset} {split}: ids are unique");
+    }
+    // Every split of every dataset in the catalog is counted above.
+    for info in catalog() {
+        for split in info.splits {
+            assert!(
+                ROWS.iter()
+                    .any(|(d, s, _)| *d == info.dataset && s == split),
+                "{} {split} has no expected count",
+                info.name
+            );
+        }
+    }
+}
+
+#[test]
+fn every_record_is_a_valid_system_one_request_of_its_question_type() {
+    let caps = Capabilities::default();
+    for info in catalog() {
+        for &split in info.splits {
+            for record in all(info.dataset, split) {
+                let valid = record
+                    .validate(&caps)
+                    .unwrap_or_else(|e| panic!("{} {split}: {e}", info.name));
+                assert!(
+                    valid
+                        .questions()
+                        .iter()
+                        .all(|q| q.type_name() == info.question_type),
+                    "{}: {} asks another type than {}",
+                    info.name,
+                    record.display_id(),
+                    info.question_type
+                );
+                assert_eq!(record.family, info.name);
+                assert!(
+                    record
+                        .id
+                        .as_deref()
+                        .is_some_and(|id| id.starts_with(&format!("{}:", info.name))),
+                    "{:?}",
+                    record.id
+                );
+                assert!(
+                    !record.state.render().trim().is_empty(),
+                    "{}",
+                    record.display_id()
+                );
+                for question in record.questions.keys() {
+                    assert!(
+                        record.labels.contains_key(question),
+                        "{}: {question} unlabelled",
+                        record.display_id()
+                    );
+                    let target = record
+                        .target_distribution(question)
+                        .expect("labelled questions have a target");
+                    let sum: f64 = target.values().sum();
+                    assert!((sum - 1.0).abs() < 1e-9, "{}: {sum}", record.display_id());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn chaosnli_targets_are_the_vote_shares_and_labels_the_majority() {
+    for (dataset, majority) in [
+        (
+            Dataset::ChaosnliSnli,
+            counts(&[
+                ("neutral", 813),
+                ("entailment", 421),
+                ("contradiction", 280),
+            ]),
+        ),
+        (
+            Dataset::ChaosnliMnli,
+            counts(&[
+                ("entailment", 741),
+                ("neutral", 583),
+                ("contradiction", 275),
+            ]),
+        ),
+    ] {
+        let records = all(dataset, Split::Dev);
+        assert_eq!(label_counts(&records, "relation"), majority, "{dataset}");
+        for record in &records {
+            let target = record.soft_target("relation").expect("a soft target");
+            let keys: Vec<&str> = target.keys().map(String::as_str).collect();
+            assert_eq!(keys, ["entailment", "neutral", "contradiction"]);
+            let sum: f64 = target.values().sum();
+            assert!((sum - 1.0).abs() < 1e-12, "{}: {sum}", record.display_id());
+            // 100 votes each: every share is a whole number of percent.
+            assert!(
+                target
+                    .values()
+                    .all(|p| ((p * 100.0).round() - p * 100.0).abs() < 1e-9)
+            );
+            let Label::Key(label) = &record.labels["relation"] else {
+                panic!("a key label")
+            };
+            let most = target.values().copied().fold(0.0, f64::max);
+            assert!(
+                (target[label] - most).abs() < 1e-12,
+                "the majority has the most votes"
+            );
+        }
+    }
+    // The first SNLI row of the file: 30 entailment, 70 neutral, 0 contradiction.
+    let first = &all(Dataset::ChaosnliSnli, Split::Dev)[0];
+    assert_eq!(
+        first.id.as_deref(),
+        Some("chaosnli-snli:2407214681.jpg#0r1n")
+    );
+    let target = first.soft_target("relation").expect("a soft target");
+    assert!((target["entailment"] - 0.3).abs() < 1e-12);
+    assert!((target["neutral"] - 0.7).abs() < 1e-12);
+    assert!(target["contradiction"].abs() < 1e-12);
+}
+
+#[test]
+fn label_counts_match_the_manifest() {
+    let boolq_true: usize = Split::ALL
+        .iter()
+        .map(|&s| label_counts(&all(Dataset::Boolq, s), "answer")["yes"])
+        .sum();
+    assert_eq!(boolq_true, 2033);
+    assert_eq!(
+        label_counts(&all(Dataset::Sst5, Split::HeldOut), "sentiment"),
+        counts(&[("0", 279), ("1", 633), ("2", 389), ("3", 510), ("4", 399)])
+    );
+    assert_eq!(
+        label_counts(&all(Dataset::Trec, Split::HeldOut), "answer_type"),
+        counts(&[
+            ("description", 138),
+            ("numeric", 113),
+            ("entity", 94),
+            ("location", 81),
+            ("human", 65),
+            ("abbreviation", 9),
+        ])
+    );
+    assert_eq!(
+        label_counts(&all(Dataset::Cb, Split::Dev), "relation"),
+        counts(&[("contradiction", 28), ("entailment", 23), ("neutral", 5)])
+    );
+    assert_eq!(
+        label_counts(&all(Dataset::Rte, Split::Dev), "relation"),
+        counts(&[("entailment", 146), ("not_entailment", 131)])
+    );
+    let banking = label_counts(&all(Dataset::Banking77, Split::HeldOut), "intent");
+    assert_eq!(banking.len(), 77);
+    assert!(banking.values().all(|&n| n == 40), "40 per class");
+    assert_eq!(
+        label_counts(&all(Dataset::AgNews, Split::HeldOut), "topic"),
+        counts(&[
+            ("World", 1900),
+            ("Sports", 1900),
+            ("Business", 1900),
+            ("Sci/Tech", 1900)
+        ])
+    );
+    let clinc = label_counts(
+        &all(Dataset::Clinc150 { subset: None }, Split::HeldOut),
+        "intent",
+    );
+    assert_eq!(clinc.len(), 151);
+    assert_eq!(clinc["oos"], 1000);
+    let emotions = all(Dataset::Goemotions, Split::Dev);
+    let multi = emotions
+        .iter()
+        .filter(|r| {
+            r.labels
+                .values()
+                .filter(|l| **l == Label::Yes(true))
+                .count()
+                > 1
+        })
+        .count();
+    assert_eq!(multi, 837, "rows carrying more than one emotion");
+    assert!(emotions.iter().all(|r| r.questions.len() == 28));
+}
+
+#[test]
+fn splits_are_disjoint() {
+    for dataset in [
+        Dataset::Boolq,
+        Dataset::Sst5,
+        Dataset::Sst2,
+        Dataset::Clinc150 { subset: None },
+    ] {
+        let dev: HashSet<String> = ids(&all(dataset, Split::Dev)).into_iter().collect();
+        let held_out: HashSet<String> = ids(&all(dataset, Split::HeldOut)).into_iter().collect();
+        assert!(dev.is_disjoint(&held_out), "{dataset}");
+    }
+    // BoolQ: the id carries idx; dev holds the even ones, held-out the odd ones.
+    for (split, parity) in [(Split::Dev, 0), (Split::HeldOut, 1)] {
+        for id in ids(&all(Dataset::Boolq, split)) {
+            let idx: u64 = id
+                .strip_prefix("boolq:")
+                .and_then(|i| i.parse().ok())
+                .unwrap_or_else(|| panic!("{id}"));
+            assert_eq!(idx % 2, parity, "{id} in {split}");
+        }
+    }
+    // CLINC150: dev comes from train/val/oos_train/oos_val only, held-out from test/oos_test.
+    for (split, parts) in [
+        (Split::Dev, &["train", "val", "oos_train", "oos_val"][..]),
+        (Split::HeldOut, &["test", "oos_test"][..]),
+    ] {
+        for id in ids(&all(Dataset::Clinc150 { subset: None }, split)) {
+            let part = id.split(':').nth(1).unwrap_or_default();
+            assert!(parts.contains(&part), "{id} in {split}");
+        }
+    }
+    // SST: dev sentences come from the dev file, held-out ones from the test files.
+    for (dataset, split, file) in [
+        (Dataset::Sst5, Split::Dev, "dev"),
+        (Dataset::Sst5, Split::HeldOut, "test"),
+        (Dataset::Sst2, Split::Dev, "dev"),
+        (Dataset::Sst2, Split::HeldOut, "test"),
+    ] {
+        assert!(
+            ids(&all(dataset, split))
+                .iter()
+                .all(|id| id.split(':').nth(1) == Some(file)),
+            "{dataset} {split}"
+        );
+    }
+}
+
+#[test]
+fn splits_a_dataset_lacks_are_refused_with_the_reason() {
+    for info in catalog() {
+        for split in Split::ALL {
+            if info.splits.contains(&split) {
+                continue;
+            }
+            let error = load(info.dataset, split, &options())
+                .expect_err(&format!("{} has no {split} split", info.name));
+            let message = error.to_string();
+            assert!(
+                matches!(error, CorpusError::SplitUnavailable { split: s, .. } if s == split),
+                "{message}"
+            );
+            assert!(message.contains(&info.name), "{message}");
+            let why = match split {
+                Split::Dev => "held-out only",
+                Split::HeldOut => "dev only",
+            };
+            assert!(message.contains(why), "{message}");
+        }
+    }
+    for dataset in [Dataset::Banking77, Dataset::AgNews, Dataset::Trec] {
+        assert!(load(dataset, Split::Dev, &options()).is_err(), "{dataset}");
+    }
+    for dataset in [
+        Dataset::ChaosnliSnli,
+        Dataset::ChaosnliMnli,
+        Dataset::Goemotions,
+        Dataset::Cb,
+        Dataset::Rte,
+    ] {
+        assert!(
+            load(dataset, Split::HeldOut, &options()).is_err(),
+            "{dataset}"
+        );
+    }
+}
+
+#[test]
+fn sampling_is_seeded_and_nested() {
+    for dataset in [
+        Dataset::Boolq,
+        Dataset::Trec,
+        Dataset::Clinc150 { subset: Some(20) },
+    ] {
+        let split = dataset.splits()[0];
+        let a = sample(dataset, split, 50, 3);
+        assert_eq!(a.len(), 50);
+        assert_eq!(
+            a,
+            sample(dataset, split, 50, 3),
+            "{dataset}: same seed, same records"
+        );
+        assert_ne!(
+            ids(&a),
+            ids(&sample(dataset, split, 50, 4)),
+            "{dataset}: another seed, another sample"
+        );
+        let smaller: HashSet<String> = ids(&sample(dataset, split, 20, 3)).into_iter().collect();
+        let larger: HashSet<String> = ids(&a).into_iter().collect();
+        assert!(
+            smaller.is_subset(&larger),
+            "{dataset}: a smaller limit is a subset"
+        );
+    }
+    // A limit above the split's size gives the whole split.
+    assert_eq!(sample(Dataset::Cb, Split::Dev, 1000, 1).len(), 56);
+}
+
+#[test]
+fn clinc_subsets_hold_the_gold_intent_and_depend_only_on_seed_and_row() {
+    let dataset = Dataset::Clinc150 { subset: Some(20) };
+    for split in Split::ALL {
+        let records = all(dataset, split);
+        let mut gold_positions = BTreeMap::<usize, usize>::new();
+        for record in &records {
+            let Question::Choice { criteria, .. } = &record.questions["intent"] else {
+                panic!("a choice")
+            };
+            let keys: Vec<&String> = criteria.keys().collect();
+            assert_eq!(
+                keys.len(),
+                21,
+                "20 intents and oos: {}",
+                record.display_id()
+            );
+            assert_eq!(keys[20], "oos", "oos comes last");
+            let Label::Key(gold) = &record.labels["intent"] else {
+                panic!("a key label")
+            };
+            let position = criteria
+                .get_index_of(gold)
+                .unwrap_or_else(|| panic!("{}: gold {gold} offered", record.display_id()));
+            *gold_positions.entry(position).or_default() += 1;
+        }
+        // The gold intent is not always in the same place.
+        assert!(gold_positions.len() > 10, "{gold_positions:?}");
+    }
+    // A row's options depend on the seed and the row, not on which other rows were loaded.
+    let sampled = sample(dataset, Split::Dev, 30, 5);
+    let whole = load(
+        dataset,
+        Split::Dev,
+        &LoadOptions {
+            seed: 5,
+            ..options()
+        },
+    )
+    .expect("loads");
+    for record in &sampled {
+        let same = whole
+            .iter()
+            .find(|r| r.id == record.id)
+            .expect("the sampled row is in the split");
+        assert_eq!(same, record);
+    }
+    let reseeded = load(
+        dataset,
+        Split::Dev,
+        &LoadOptions {
+            seed: 6,
+            ..options()
+        },
+    )
+    .expect("loads");
+    let differ = whole
+        .iter()
+        .zip(&reseeded)
+        .filter(|(a, b)| a.questions != b.questions)
+        .count();
+    assert!(
+        differ > whole.len() / 2,
+        "another seed offers other intents"
+    );
+}
+
+#[test]
+fn a_clinc_subset_outside_its_range_is_refused() {
+    for subset in [0, 150, 1000] {
+        let error = load(
+            Dataset::Clinc150 {
+                subset: Some(subset),
+            },
+            Split::Dev,
+            &options(),
+        )
+        .expect_err("out of range");
+        assert!(
+            matches!(error, CorpusError::InvalidSubset { subset: s, .. } if s == subset),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn the_full_clinc_question_offers_every_intent_then_oos() {
+    let records = sample(Dataset::Clinc150 { subset: None }, Split::HeldOut, 5, 0);
+    for record in &records {
+        let Question::Choice { criteria, .. } = &record.questions["intent"] else {
+            panic!("a choice")
+        };
+        assert_eq!(criteria.len(), 151);
+        assert_eq!(
+            criteria.get_index(150).map(|(k, _)| k.as_str()),
+            Some("oos")
+        );
+    }
+}
+
+#[test]
+fn a_bad_row_is_reported_with_file_and_line() {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("corpus-bad-root");
+    std::fs::create_dir_all(root.join("boolq")).expect("a folder");
+    std::fs::write(
+        root.join("boolq/val.jsonl"),
+        "{\"question\": \"q\", \"passage\": \"p\", \"idx\": 0, \"label\": \"true\"}\n\
+         {\"question\": \"q\", \"passage\": \"p\", \"idx\": 2, \"label\": \"maybe\"}\n",
+    )
+    .expect("written");
+    let options = LoadOptions {
+        root: Some(root.clone()),
+        ..LoadOptions::default()
+    };
+    let error = load(Dataset::Boolq, Split::Dev, &options).expect_err("label maybe");
+    let message = error.to_string();
+    assert!(message.contains("boolq/val.jsonl:2:"), "{message}");
+    assert!(message.contains("maybe"), "{message}");
+    // A missing file names the path.
+    let error = load(Dataset::Trec, Split::HeldOut, &options).expect_err("no TREC here");
+    assert!(matches!(error, CorpusError::Io { .. }), "{error}");
+    assert!(error.to_string().contains("trec/TREC.test"), "{error}");
+}
