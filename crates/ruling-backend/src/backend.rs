@@ -114,6 +114,10 @@ pub trait Backend: Send + Sync {
     /// The number of tokens an encoded prefix holds.
     fn prefix_len(&self, prefix: &Self::Prefix) -> usize;
 
+    /// The memory an encoded prefix holds, in bytes: what the prefix cache counts against
+    /// its budget.
+    fn prefix_bytes(&self, prefix: &Self::Prefix) -> usize;
+
     /// Score every branch as a continuation of `prefix`, returning one entry per branch in
     /// the order given, each exactly as wide as that branch's `codes`.
     fn score_branches(

@@ -29,11 +29,15 @@ use crate::backend::{Backend, Branch};
 use crate::codes::{AnswerCodes, DEFAULT_CODES};
 use crate::contract::verify_backend;
 use crate::engine::{Engine, EngineError, EngineInfo};
+use crate::prefix_cache::{PrefixCache, PrefixCacheStats};
 use crate::prompt::{split_prompt, user_head};
 use crate::render::{
     CONTENT_FREE, RenderedQuestion, SYSTEM_PROMPT, ShownOption, choice_options, noul_options,
     noul_preamble, render, score_options,
 };
+
+/// The default prefix cache budget: a few dozen long states on the small models.
+pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
 
 /// How the engine asks and debiases.
 #[derive(Debug, Clone)]
@@ -59,6 +63,9 @@ pub struct EngineOptions {
     /// The name responses carry (default: the backend's model id).
     pub served_name: Option<String>,
     pub system_prompt: String,
+    /// Bytes of encoded prefixes kept across requests, so questions about a state seen
+    /// recently skip its prefill (0 turns the cache off).
+    pub prefix_cache_bytes: usize,
 }
 
 impl Default for EngineOptions {
@@ -73,6 +80,7 @@ impl Default for EngineOptions {
             max_request_tokens: 65_536,
             served_name: None,
             system_prompt: SYSTEM_PROMPT.to_owned(),
+            prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
         }
     }
 }
@@ -86,6 +94,7 @@ pub struct DecoderEngine<B: Backend> {
     calibration: Calibration,
     info: EngineInfo,
     priors: Mutex<HashMap<usize, Arc<Vec<f64>>>>,
+    prefixes: PrefixCache<B::Prefix>,
 }
 
 /// One branch to score: which question it answers, the keys its codes stand for.
@@ -144,6 +153,7 @@ impl<B: Backend> DecoderEngine<B> {
             },
             max_context,
         };
+        let prefixes = PrefixCache::new(options.prefix_cache_bytes);
         let options = EngineOptions {
             max_options_per_pass: per_pass,
             stage_two_candidates: options.stage_two_candidates.clamp(2, per_pass),
@@ -156,6 +166,7 @@ impl<B: Backend> DecoderEngine<B> {
             calibration,
             info,
             priors: Mutex::new(HashMap::new()),
+            prefixes,
         })
     }
 
@@ -478,6 +489,10 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         &self.info
     }
 
+    fn prefix_cache_stats(&self) -> Option<PrefixCacheStats> {
+        Some(self.prefixes.stats())
+    }
+
     fn evaluate(&self, request: &ValidRequest) -> Result<SystemOneResponse, EngineError> {
         let questions = request.questions();
         if let Some(q) = questions
@@ -584,7 +599,13 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         }
 
         // Stage one: every plain question, and each wide Choice's options one by one.
-        let prefix = self.backend.encode_prefix(&prefix_tokens)?;
+        let (prefix, cached) = self.prefixes.get_or_encode(
+            &prefix_tokens,
+            || self.backend.encode_prefix(&prefix_tokens),
+            |p| self.backend.prefix_bytes(p),
+        )?;
+        // Usage counts the prefix whether or not it came from the cache, so a response does
+        // not depend on what other requests ran before it.
         let mut used =
             prefix_tokens.len() + plan.passes.iter().map(|p| p.tokens.len()).sum::<usize>();
         let slots = questions.len() + plan.passes.len();
@@ -689,6 +710,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         }
         if request.trace() {
             trace.insert("prefix_tokens".into(), json!(prefix_tokens.len()));
+            trace.insert("prefix_cached".into(), json!(cached));
         }
         Ok(SystemOneResponse {
             model: self.info.model.clone(),

@@ -3,6 +3,7 @@
 use ruling_schema::{Capabilities, SystemOneResponse, ValidRequest};
 
 use crate::error::{BackendError, ContractError};
+use crate::prefix_cache::PrefixCacheStats;
 
 /// What an engine serves and what it accepts.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +24,11 @@ pub trait Engine: Send + Sync {
 
     /// Answer every question of `request`, or refuse it whole.
     fn evaluate(&self, request: &ValidRequest) -> Result<SystemOneResponse, EngineError>;
+
+    /// How the engine's cache of encoded prefixes is doing, when it has one.
+    fn prefix_cache_stats(&self) -> Option<PrefixCacheStats> {
+        None
+    }
 }
 
 /// Why an engine could not answer a request.

@@ -18,13 +18,15 @@ mod contract;
 mod decision;
 mod engine;
 mod error;
+mod prefix_cache;
 mod prompt;
 pub mod render;
 
 pub use backend::{Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role};
 pub use codes::{AnswerCodes, DEFAULT_CODES};
 pub use contract::{ContractReport, verify_backend};
-pub use decision::{DecoderEngine, EngineOptions};
+pub use decision::{DEFAULT_PREFIX_CACHE_BYTES, DecoderEngine, EngineOptions};
 pub use engine::{Engine, EngineError, EngineInfo};
 pub use error::{BackendError, BoxError, ContractError};
+pub use prefix_cache::{PrefixCache, PrefixCacheStats};
 pub use prompt::{PromptSplit, SPLIT_MARKER, split_prompt, user_head};

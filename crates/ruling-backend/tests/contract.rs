@@ -150,6 +150,10 @@ impl Backend for Toy {
         prefix.len()
     }
 
+    fn prefix_bytes(&self, prefix: &Vec<u32>) -> usize {
+        prefix.len() * 4
+    }
+
     fn score_branches(
         &self,
         prefix: &Vec<u32>,

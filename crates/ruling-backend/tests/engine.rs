@@ -23,6 +23,8 @@ struct Scripted {
     /// Whether the option's text counts at all (off: a pure letter-bias model).
     content: bool,
     forward_passes: AtomicUsize,
+    /// Prefixes encoded (a subset of the forward passes).
+    prefills: AtomicUsize,
 }
 
 impl Scripted {
@@ -37,6 +39,7 @@ impl Scripted {
             bias,
             content,
             forward_passes: AtomicUsize::new(0),
+            prefills: AtomicUsize::new(0),
         }
     }
 
@@ -94,11 +97,16 @@ impl Backend for Scripted {
 
     fn encode_prefix(&self, tokens: &[u32]) -> Result<usize, BackendError> {
         self.forward_passes.fetch_add(1, Ordering::SeqCst);
+        self.prefills.fetch_add(1, Ordering::SeqCst);
         Ok(tokens.len())
     }
 
     fn prefix_len(&self, prefix: &usize) -> usize {
         *prefix
+    }
+
+    fn prefix_bytes(&self, prefix: &usize) -> usize {
+        *prefix * 4
     }
 
     fn score_branches(
@@ -348,4 +356,55 @@ fn box_questions_are_refused_by_a_text_engine() {
         engine.evaluate(&request),
         Err(EngineError::Unsupported(_))
     ));
+}
+
+#[test]
+fn a_state_seen_before_is_not_encoded_again_and_answers_do_not_change() {
+    let ask = |state: &str, question: &str| {
+        request(json!({
+            "model": "m", "state": state,
+            "questions": {"q": {"type": "choice", "instructions": question, "criteria": {"a": "first", "b": "second", "c": null}}}
+        }))
+    };
+    let cached = engine(Scripted::new(vec![0.4, -0.2, 0.1], true), 2, false);
+    let uncached = DecoderEngine::new(
+        Scripted::new(vec![0.4, -0.2, 0.1], true),
+        EngineOptions {
+            rotations: 2,
+            prefix_cache_bytes: 0,
+            ..EngineOptions::default()
+        },
+        None,
+    )
+    .unwrap();
+    let requests = [
+        ask("the same state", "Which one?"),
+        ask("the same state", "And which one now?"),
+        ask("another state", "Which one?"),
+        ask("the same state", "Which one?"),
+    ];
+    // Loading proves the contract with a forward pass of its own; count from here.
+    let at_load = (
+        cached.backend().prefills.load(Ordering::SeqCst),
+        uncached.backend().prefills.load(Ordering::SeqCst),
+    );
+    for request in &requests {
+        let a = cached.evaluate(request).unwrap();
+        let b = uncached.evaluate(request).unwrap();
+        assert_eq!(a, b, "the cache changes nothing a client sees");
+    }
+    // Two distinct states: two prefills with the cache, one per request without it.
+    assert_eq!(
+        cached.backend().prefills.load(Ordering::SeqCst) - at_load.0,
+        2
+    );
+    assert_eq!(
+        uncached.backend().prefills.load(Ordering::SeqCst) - at_load.1,
+        4
+    );
+    let stats = cached.prefix_cache_stats().unwrap();
+    assert_eq!((stats.hits, stats.misses, stats.entries), (2, 2, 2));
+    assert!(stats.bytes > 0 && stats.bytes <= stats.capacity_bytes);
+    let off = uncached.prefix_cache_stats().unwrap();
+    assert_eq!((off.hits, off.misses, off.entries), (0, 4, 0));
 }

@@ -164,6 +164,10 @@ impl Backend for CandleBackend {
         prefix.len()
     }
 
+    fn prefix_bytes(&self, prefix: &KvCache) -> usize {
+        prefix.bytes()
+    }
+
     fn score_branches(
         &self,
         prefix: &KvCache,

@@ -45,6 +45,7 @@ use ruling_models::{LocalModel, ModelSpec, PullError, PullOptions, SpecError};
 use ruling_schema::{SystemOneRequest, SystemOneResponse, ValidRequest, ValidationErrors};
 
 pub use ruling_backend::EngineInfo as Info;
+pub use ruling_backend::PrefixCacheStats;
 
 /// How to load and run a model. `Default` is what the server uses without flags.
 #[derive(Debug, Clone)]
@@ -66,6 +67,9 @@ pub struct Options {
     pub max_context: Option<usize>,
     /// Most tokens one request may put through the model.
     pub max_request_tokens: usize,
+    /// Bytes of encoded states kept across requests, so follow-up questions about the same
+    /// state skip its prefill (0 turns the cache off; answers are the same either way).
+    pub prefix_cache_bytes: usize,
 }
 
 impl Default for Options {
@@ -79,6 +83,7 @@ impl Default for Options {
             served_name: None,
             max_context: None,
             max_request_tokens: EngineOptions::default().max_request_tokens,
+            prefix_cache_bytes: EngineOptions::default().prefix_cache_bytes,
         }
     }
 }
@@ -150,6 +155,7 @@ impl Ruling {
             prior: options.prior,
             max_request_tokens: options.max_request_tokens,
             served_name: options.served_name.clone(),
+            prefix_cache_bytes: options.prefix_cache_bytes,
             ..EngineOptions::default()
         };
         let engine = DecoderEngine::new(backend, engine_options, calibration)?;
@@ -165,6 +171,11 @@ impl Ruling {
 
     pub fn info(&self) -> &EngineInfo {
         self.engine.info()
+    }
+
+    /// Hits, misses and occupancy of the engine's prefix cache, when it has one.
+    pub fn prefix_cache_stats(&self) -> Option<PrefixCacheStats> {
+        self.engine.prefix_cache_stats()
     }
 
     /// Validate a wire request against this model's capabilities and answer it.
