@@ -39,6 +39,69 @@ pub(crate) fn kind_name(value: &Value) -> &'static str {
     }
 }
 
+/// The impls `Text` and `State` share: a JSON value of a few accepted kinds, rendered to
+/// prompt text by [`render_text`], refused with a message naming the accepted kinds.
+macro_rules! json_text {
+    ($name:ident, $($accepted:pat_param)|+, $kinds:literal, [$($type:literal),+], $description:literal) => {
+        impl $name {
+            #[doc = concat!("Wraps `value` if it is ", $kinds, "; gives it back otherwise.")]
+            pub fn new(value: Value) -> Result<Self, Value> {
+                match value {
+                    $($accepted)|+ => Ok(Self(value)),
+                    other => Err(other),
+                }
+            }
+
+            pub fn as_value(&self) -> &Value {
+                &self.0
+            }
+
+            pub fn into_value(self) -> Value {
+                self.0
+            }
+
+            /// The prompt text, as [`render_text`] renders it.
+            pub fn render(&self) -> String {
+                render_text(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                Self(Value::String(s.to_owned()))
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                Self(Value::String(s))
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let value = Value::deserialize(deserializer)?;
+                $name::new(value).map_err(|v| {
+                    serde::de::Error::custom(format!(
+                        concat!("expected ", $kinds, ", got {}"),
+                        kind_name(&v)
+                    ))
+                })
+            }
+        }
+
+        impl JsonSchema for $name {
+            fn schema_name() -> Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                json_schema!({"description": $description, "type": [$($type),+]})
+            }
+        }
+    };
+}
+
 /// Text a client wrote for a question: a string, an object, an array or null.
 ///
 /// Numbers and booleans are refused at construction so that every `Text` renders to something
@@ -47,15 +110,15 @@ pub(crate) fn kind_name(value: &Value) -> &'static str {
 #[serde(transparent)]
 pub struct Text(Value);
 
-impl Text {
-    /// Wraps `value` if it is a string, object, array or null; gives it back otherwise.
-    pub fn new(value: Value) -> Result<Self, Value> {
-        match value {
-            Value::String(_) | Value::Object(_) | Value::Array(_) | Value::Null => Ok(Self(value)),
-            other => Err(other),
-        }
-    }
+json_text!(
+    Text,
+    Value::String(_) | Value::Object(_) | Value::Array(_) | Value::Null,
+    "a string, object, array or null",
+    ["string", "object", "array", "null"],
+    "Free text: a string, or JSON (object or array) rendered as pretty JSON; null renders as nothing."
+);
 
+impl Text {
     /// The null text, which renders as nothing.
     pub fn null() -> Self {
         Self(Value::Null)
@@ -64,56 +127,6 @@ impl Text {
     pub fn is_null(&self) -> bool {
         self.0.is_null()
     }
-
-    pub fn as_value(&self) -> &Value {
-        &self.0
-    }
-
-    pub fn into_value(self) -> Value {
-        self.0
-    }
-
-    /// The prompt text, as [`render_text`] renders it.
-    pub fn render(&self) -> String {
-        render_text(&self.0)
-    }
-}
-
-impl From<&str> for Text {
-    fn from(s: &str) -> Self {
-        Self(Value::String(s.to_owned()))
-    }
-}
-
-impl From<String> for Text {
-    fn from(s: String) -> Self {
-        Self(Value::String(s))
-    }
-}
-
-impl<'de> Deserialize<'de> for Text {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(deserializer)?;
-        Text::new(value).map_err(|v| {
-            serde::de::Error::custom(format!(
-                "expected a string, object, array or null, got {}",
-                kind_name(&v)
-            ))
-        })
-    }
-}
-
-impl JsonSchema for Text {
-    fn schema_name() -> Cow<'static, str> {
-        "Text".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "description": "Free text: a string, or JSON (object or array) rendered as pretty JSON; null renders as nothing.",
-            "type": ["string", "object", "array", "null"]
-        })
-    }
 }
 
 /// The content questions are asked about: a string, an object or an array.
@@ -121,65 +134,13 @@ impl JsonSchema for Text {
 #[serde(transparent)]
 pub struct State(Value);
 
-impl State {
-    /// Wraps `value` if it is a string, object or array; gives it back otherwise.
-    pub fn new(value: Value) -> Result<Self, Value> {
-        match value {
-            Value::String(_) | Value::Object(_) | Value::Array(_) => Ok(Self(value)),
-            other => Err(other),
-        }
-    }
-
-    pub fn as_value(&self) -> &Value {
-        &self.0
-    }
-
-    pub fn into_value(self) -> Value {
-        self.0
-    }
-
-    /// The prompt text of the state, as [`render_text`] renders it.
-    pub fn render(&self) -> String {
-        render_text(&self.0)
-    }
-}
-
-impl From<&str> for State {
-    fn from(s: &str) -> Self {
-        Self(Value::String(s.to_owned()))
-    }
-}
-
-impl From<String> for State {
-    fn from(s: String) -> Self {
-        Self(Value::String(s))
-    }
-}
-
-impl<'de> Deserialize<'de> for State {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(deserializer)?;
-        State::new(value).map_err(|v| {
-            serde::de::Error::custom(format!(
-                "expected a string, object or array, got {}",
-                kind_name(&v)
-            ))
-        })
-    }
-}
-
-impl JsonSchema for State {
-    fn schema_name() -> Cow<'static, str> {
-        "State".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "description": "The content the questions are about: a string, or JSON (object or array) rendered as pretty JSON.",
-            "type": ["string", "object", "array"]
-        })
-    }
-}
+json_text!(
+    State,
+    Value::String(_) | Value::Object(_) | Value::Array(_),
+    "a string, object or array",
+    ["string", "object", "array"],
+    "The content the questions are about: a string, or JSON (object or array) rendered as pretty JSON."
+);
 
 #[cfg(test)]
 mod tests {
