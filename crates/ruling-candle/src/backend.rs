@@ -5,7 +5,7 @@ use std::path::Path;
 
 use candle_core::Device;
 use candle_core::quantized::gguf_file;
-use ruling_backend::{Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage};
+use ruling_backend::{Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, Role};
 
 use crate::decoder::{BranchBudget, BranchLayout, Decoder, KvCache};
 use crate::error::LoadError;
@@ -71,7 +71,17 @@ impl CandleBackend {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default()
         });
-        let mut backend = Self {
+        // Asked once here, since the engine asks on every request.
+        let system_role = template
+            .render(
+                &[
+                    ChatMessage::new(Role::System, "s"),
+                    ChatMessage::new(Role::User, "u"),
+                ],
+                true,
+            )
+            .is_ok();
+        Ok(Self {
             info: BackendInfo {
                 model_id,
                 revision: options.revision.clone(),
@@ -81,12 +91,10 @@ impl CandleBackend {
             decoder,
             tokenizer,
             template,
-            system_role: false,
+            system_role,
             layout: options.layout,
             budget: options.budget,
-        };
-        backend.system_role = backend.accepts_system_role_probe();
-        Ok(backend)
+        })
     }
 
     pub fn decoder(&self) -> &Decoder {
@@ -212,21 +220,5 @@ impl Backend for CandleBackend {
 
     fn accepts_system_role(&self) -> bool {
         self.system_role
-    }
-}
-
-/// Asking the template once at load, since the engine asks on every request.
-trait SystemRoleProbe {
-    fn accepts_system_role_probe(&self) -> bool;
-}
-
-impl SystemRoleProbe for CandleBackend {
-    fn accepts_system_role_probe(&self) -> bool {
-        use ruling_backend::Role;
-        self.render_chat(&[
-            ChatMessage::new(Role::System, "s"),
-            ChatMessage::new(Role::User, "u"),
-        ])
-        .is_ok()
     }
 }
