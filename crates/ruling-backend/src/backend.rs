@@ -48,6 +48,9 @@ pub struct BackendInfo {
     pub context_length: usize,
     /// Whether the model reads images (and so accepts assets and box questions).
     pub vision: bool,
+    /// The most bytes of text one token can stand for (0: unknown). A state longer than
+    /// this many bytes per context token cannot fit, so it is refused without tokenizing it.
+    pub max_token_bytes: usize,
 }
 
 /// One question's continuation after the shared prefix, and the answer codes to read after it.

@@ -504,13 +504,27 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                 q.id()
             )));
         }
+        let state = request.state().render();
+        let limit = self.info.max_context;
+        // Tokenizing megabytes takes seconds; a state that cannot fit whatever its tokens is
+        // refused from its length alone.
+        let per_token = self.backend.info().max_token_bytes;
+        if per_token > 0 && state.len() / per_token > limit {
+            return Err(EngineError::InputTooLong {
+                question: None,
+                message: format!(
+                    "the state is {} bytes, at least {} tokens for this model, over the maximum context length of {limit} tokens for one branch",
+                    state.len(),
+                    state.len() / per_token
+                ),
+            });
+        }
         let split = split_prompt(
             &self.backend,
             &self.options.system_prompt,
-            &user_head(&request.state().render()),
+            &user_head(&state),
         )?;
         let prefix_tokens = self.backend.encode(&split.prefix)?;
-        let limit = self.info.max_context;
         if prefix_tokens.len() >= limit {
             return Err(EngineError::InputTooLong {
                 question: None,

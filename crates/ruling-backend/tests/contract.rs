@@ -43,6 +43,7 @@ impl Toy {
                 revision: None,
                 context_length: 4096,
                 vision: false,
+                max_token_bytes: 0,
             },
             template: Template::ChatMl,
             pieces: [

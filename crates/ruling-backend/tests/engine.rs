@@ -23,6 +23,8 @@ struct Scripted {
     /// Whether the option's text counts at all (off: a pure letter-bias model).
     content: bool,
     forward_passes: AtomicUsize,
+    /// Texts tokenized.
+    encodes: AtomicUsize,
     /// Prefixes encoded (a subset of the forward passes).
     prefills: AtomicUsize,
 }
@@ -35,10 +37,12 @@ impl Scripted {
                 revision: None,
                 context_length: 4096,
                 vision: false,
+                max_token_bytes: 0,
             },
             bias,
             content,
             forward_passes: AtomicUsize::new(0),
+            encodes: AtomicUsize::new(0),
             prefills: AtomicUsize::new(0),
         }
     }
@@ -81,6 +85,7 @@ impl Backend for Scripted {
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        self.encodes.fetch_add(1, Ordering::SeqCst);
         let mut ids = Vec::new();
         let mut rest = text;
         while let Some(c) = rest.chars().next() {
@@ -279,6 +284,23 @@ fn an_over_long_state_is_refused_before_any_forward_pass() {
         engine.backend().forward_passes.load(Ordering::SeqCst),
         before
     );
+}
+
+#[test]
+fn a_state_too_long_for_any_tokenization_is_refused_without_tokenizing() {
+    let mut backend = Scripted::new(vec![0.0; 4], true);
+    // The longest token this tokenizer has is a special marker of 12 bytes.
+    backend.info.max_token_bytes = 12;
+    let engine = engine(backend, 1, false);
+    let before = engine.backend().encodes.load(Ordering::SeqCst);
+    let request = request(json!({
+        "model": "m", "state": "x".repeat(12 * 4096 + 12),
+        "questions": {"q": {"type": "noul", "instructions": "Long?"}}
+    }));
+    let err = engine.evaluate(&request).unwrap_err();
+    assert!(err.to_string().contains("maximum context length"), "{err}");
+    assert!(err.to_string().contains("at least 4097 tokens"), "{err}");
+    assert_eq!(engine.backend().encodes.load(Ordering::SeqCst), before);
 }
 
 #[test]

@@ -87,6 +87,7 @@ impl CandleBackend {
                 revision: options.revision.clone(),
                 context_length,
                 vision: false,
+                max_token_bytes: tokenizer.max_token_bytes(),
             },
             decoder,
             tokenizer,

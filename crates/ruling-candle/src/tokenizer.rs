@@ -499,6 +499,18 @@ impl TextTokenizer {
 
     /// Number of ids in the vocabulary: from GGUF, every listed token (padding entries
     /// included); from a directory, the model vocabulary plus added tokens.
+    /// An upper bound on the bytes of text one token stands for: the longest vocabulary entry
+    /// as written (a byte-level entry spells each byte as one or two UTF-8 bytes, so its
+    /// length is never below the bytes it decodes to).
+    pub fn max_token_bytes(&self) -> usize {
+        self.inner
+            .get_vocab(true)
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
     }

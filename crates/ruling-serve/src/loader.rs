@@ -1,0 +1,198 @@
+//! How the served model comes to be: a spec pulled and loaded by `ruling-core`, or, for tests
+//! and embedders, any function that returns a [`Ruling`].
+
+use std::path::Path;
+use std::time::{Instant, SystemTime};
+
+use ruling_core::{CoreError, Options, Ruling};
+use ruling_models::{LocalModel, ModelSpec, ProgressMode, PullOptions};
+
+/// What `GET /v1/models` says about the served model besides its names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelMeta {
+    pub description: String,
+    /// `YYYY-MM-DD`.
+    pub release_date: String,
+}
+
+impl ModelMeta {
+    /// A description, dated today.
+    pub fn today(description: impl Into<String>) -> Self {
+        Self {
+            description: description.into(),
+            release_date: iso_date(SystemTime::now()),
+        }
+    }
+}
+
+/// A loaded model and what to list about it.
+#[derive(Debug)]
+pub struct Loaded {
+    pub ruling: Ruling,
+    pub meta: ModelMeta,
+}
+
+/// Why the model could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("loading model {spec}: {source}")]
+    Core {
+        spec: String,
+        #[source]
+        source: Box<CoreError>,
+    },
+    #[error("loading the model: {0}")]
+    Other(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("the model loader panicked")]
+    Panicked,
+}
+
+type LoadFn = Box<dyn FnOnce() -> Result<Loaded, LoadError> + Send>;
+
+/// Produces the served model, on a thread of its own, after the port is bound.
+pub struct Loader {
+    describe: String,
+    load: LoadFn,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("model", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Loader {
+    /// Pull (if needed) and load a model spec with `ruling-core`.
+    pub fn from_spec(spec: impl Into<String>, options: Options) -> Self {
+        let spec = spec.into();
+        let describe = spec.clone();
+        Self {
+            describe,
+            load: Box::new(move || {
+                let started = Instant::now();
+                tracing::info!(model = %spec, "loading the model (pulled into the cache first if needed)");
+                let ruling = Ruling::load(&spec, &options).map_err(|source| LoadError::Core {
+                    spec: spec.clone(),
+                    source: Box::new(source),
+                })?;
+                tracing::info!(
+                    model = %spec,
+                    served_name = %ruling.info().model,
+                    max_context = ruling.info().max_context,
+                    seconds = format_args!("{:.1}", started.elapsed().as_secs_f64()),
+                    "model loaded"
+                );
+                let meta = meta_for_spec(&spec, &options);
+                Ok(Loaded { ruling, meta })
+            }),
+        }
+    }
+
+    /// Any function that produces a model (a test engine, a model loaded elsewhere).
+    pub fn from_fn(
+        describe: impl Into<String>,
+        load: impl FnOnce() -> Result<Loaded, LoadError> + Send + 'static,
+    ) -> Self {
+        Self {
+            describe: describe.into(),
+            load: Box::new(load),
+        }
+    }
+
+    /// A model already loaded.
+    pub fn ready(ruling: Ruling, meta: ModelMeta) -> Self {
+        let describe = ruling.info().model.clone();
+        Self::from_fn(describe, move || Ok(Loaded { ruling, meta }))
+    }
+
+    /// What is being loaded, for logs and `/health` while loading.
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    pub(crate) fn load(self) -> Result<Loaded, LoadError> {
+        (self.load)()
+    }
+}
+
+/// The catalog's description, or the spec; dated by when the weights landed on this machine
+/// (their file's modification time), since neither the catalog nor a GGUF records a release.
+fn meta_for_spec(spec: &str, options: &Options) -> ModelMeta {
+    let parsed = ModelSpec::parse(spec).ok();
+    let description = match &parsed {
+        Some(ModelSpec::Catalog(entry)) => entry.description.to_owned(),
+        Some(ModelSpec::Hub(repo)) => format!("hf:{}", repo.repo),
+        Some(ModelSpec::Local(_)) | None => format!("local model {spec}"),
+    };
+    let local = match parsed {
+        Some(ModelSpec::Local(local)) => Some(local),
+        // Already pulled by the load: this finds the verified cache entry, quietly.
+        Some(spec) => pull_options(options).and_then(|o| ruling_models::pull(&spec, &o).ok()),
+        None => None,
+    };
+    let release_date = local
+        .as_ref()
+        .map(LocalModel::path)
+        .and_then(modified)
+        .map_or_else(|| iso_date(SystemTime::now()), iso_date);
+    ModelMeta {
+        description,
+        release_date,
+    }
+}
+
+fn pull_options(options: &Options) -> Option<PullOptions> {
+    let mut pull = match &options.cache_dir {
+        Some(dir) => PullOptions::new(dir),
+        None => PullOptions::from_env().ok()?,
+    };
+    pull.progress = ProgressMode::Quiet;
+    pull.hub = false;
+    pull.mirror = false;
+    Some(pull)
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// `YYYY-MM-DD` (UTC) of a time.
+pub(crate) fn iso_date(time: SystemTime) -> String {
+    let secs = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (y, m, d) = civil_from_days(i64::try_from(secs / 86_400).unwrap_or(0));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    // Both are small and positive by construction.
+    (year, month as u32, day as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn dates_are_iso_utc() {
+        assert_eq!(iso_date(SystemTime::UNIX_EPOCH), "1970-01-01");
+        let at = |secs| iso_date(SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
+        assert_eq!(at(951_782_400), "2000-02-29");
+        assert_eq!(at(1_709_251_199), "2024-02-29");
+        assert_eq!(at(1_735_689_600), "2025-01-01");
+    }
+}

@@ -1,0 +1,260 @@
+//! Prometheus metrics, one registry per server (no process-global recorder, so tests can run
+//! several servers in one process), rendered by `GET /metrics` in the text format.
+
+use std::sync::{Arc, OnceLock};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use ruling_core::Ruling;
+
+pub(crate) use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    pub route: String,
+    pub method: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RouteLabels {
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Seconds from 1 ms to about 65 s, doubling: requests take 0.1 to 10 s.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Every metric the server keeps.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub latency: HistogramFamily<RouteLabels>,
+    pub queue_depth: Gauge,
+    pub busy_workers: Gauge,
+    pub queue_wait: Histogram,
+    pub engine_time: Histogram,
+    pub input_tokens: Counter,
+    pub output_tokens: Counter,
+    /// Requests refused before reaching a worker: `queue_full`, `loading`, `timeout`.
+    pub rejected: Family<ReasonLabels, Counter>,
+    /// Queued requests a worker dropped unstarted: `client_gone`, `expired`.
+    pub skipped: Family<ReasonLabels, Counter>,
+    pub engine_panics: Counter,
+    pub model_loaded: Gauge,
+}
+
+impl Metrics {
+    pub(crate) fn new(
+        queue_capacity: usize,
+        workers: usize,
+        model: Arc<OnceLock<Arc<Ruling>>>,
+    ) -> Self {
+        let mut registry = Registry::with_prefix("ruling");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by route, method and status",
+            requests.clone(),
+        );
+        let latency: HistogramFamily<RouteLabels> =
+            Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register_with_unit(
+            "http_request_duration",
+            "Time from request to response, by route",
+            Unit::Seconds,
+            latency.clone(),
+        );
+        let queue_depth = Gauge::default();
+        registry.register(
+            "queue_depth",
+            "Requests waiting for an engine worker",
+            queue_depth.clone(),
+        );
+        let capacity = Gauge::<i64>::default();
+        capacity.set(i64::try_from(queue_capacity).unwrap_or(i64::MAX));
+        registry.register(
+            "queue_capacity",
+            "Most requests that may wait for a worker (429 beyond)",
+            capacity,
+        );
+        let worker_count = Gauge::<i64>::default();
+        worker_count.set(i64::try_from(workers).unwrap_or(i64::MAX));
+        registry.register("workers", "Engine worker threads", worker_count);
+        let busy_workers = Gauge::default();
+        registry.register(
+            "busy_workers",
+            "Engine workers answering a request now",
+            busy_workers.clone(),
+        );
+        let queue_wait = latency_histogram();
+        registry.register_with_unit(
+            "queue_wait",
+            "Time a request waited for a worker",
+            Unit::Seconds,
+            queue_wait.clone(),
+        );
+        let engine_time = latency_histogram();
+        registry.register_with_unit(
+            "engine_duration",
+            "Time a worker spent answering one request",
+            Unit::Seconds,
+            engine_time.clone(),
+        );
+        let input_tokens = Counter::default();
+        registry.register(
+            "input_tokens",
+            "Tokens put through the model (usage.input_tokens)",
+            input_tokens.clone(),
+        );
+        let output_tokens = Counter::default();
+        registry.register(
+            "output_tokens",
+            "Tokens generated (usage.output_tokens)",
+            output_tokens.clone(),
+        );
+        let rejected = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "rejected_requests",
+            "Requests refused before reaching a worker, by reason (queue_full, loading, timeout)",
+            rejected.clone(),
+        );
+        let skipped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "skipped_requests",
+            "Queued requests a worker dropped without starting them, by reason (client_gone, expired)",
+            skipped.clone(),
+        );
+        let engine_panics = Counter::default();
+        registry.register(
+            "engine_panics",
+            "Requests on which the engine panicked (answered 500; the worker carries on)",
+            engine_panics.clone(),
+        );
+        let model_loaded = Gauge::default();
+        registry.register(
+            "model_loaded",
+            "1 once the model is loaded and the workers are running",
+            model_loaded.clone(),
+        );
+        registry.register_collector(Box::new(PrefixCacheCollector { model }));
+        Self {
+            registry,
+            requests,
+            latency,
+            queue_depth,
+            busy_workers,
+            queue_wait,
+            engine_time,
+            input_tokens,
+            output_tokens,
+            rejected,
+            skipped,
+            engine_panics,
+            model_loaded,
+        }
+    }
+
+    pub(crate) fn reject(&self, reason: &'static str) {
+        self.rejected.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    pub(crate) fn skip(&self, reason: &'static str) {
+        self.skipped.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub(crate) fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// The engine's prefix cache, as `/metrics` reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PrefixCacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+/// The engine's own counters (zeros for an engine without a prefix cache).
+fn prefix_cache_stats(ruling: &Ruling) -> PrefixCacheStats {
+    ruling
+        .prefix_cache_stats()
+        .map_or_else(PrefixCacheStats::default, |s| PrefixCacheStats {
+            hits: s.hits,
+            misses: s.misses,
+            entries: s.entries as u64,
+            bytes: s.bytes as u64,
+        })
+}
+
+/// Reads the prefix cache's counters from the engine at each scrape.
+#[derive(Debug)]
+struct PrefixCacheCollector {
+    model: Arc<OnceLock<Arc<Ruling>>>,
+}
+
+impl Collector for PrefixCacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let Some(ruling) = self.model.get() else {
+            return Ok(());
+        };
+        let stats = prefix_cache_stats(ruling);
+        let counters = [
+            (
+                "prefix_cache_hits",
+                "Requests whose prefix (system turn and state) was found in the prefix cache",
+                stats.hits,
+            ),
+            (
+                "prefix_cache_misses",
+                "Requests whose prefix had to be encoded",
+                stats.misses,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        let gauges = [
+            (
+                "prefix_cache_entries",
+                "Prefixes held in the prefix cache",
+                stats.entries,
+            ),
+            (
+                "prefix_cache_bytes",
+                "Bytes the prefix cache holds",
+                stats.bytes,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,223 @@
+//! The engine's worker threads and the bounded queue in front of them.
+//!
+//! Answering a request is blocking CPU work of 0.1 to 10 s, so it runs on dedicated std
+//! threads, never on the async runtime. Handlers admit a request with a non-blocking
+//! `try_send` into a `sync_channel` of the configured bound (a full queue is a 429 at once) and
+//! await the answer on a oneshot. A worker that takes a request whose handler has gone (the
+//! client disconnected, or the per-request timeout fired and dropped the receiver) or whose
+//! deadline has passed drops it unstarted. Closing the queue lets the workers finish what is
+//! queued and then exit.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ruling_core::{CoreError, Ruling};
+use ruling_schema::{SystemOneResponse, ValidRequest};
+use tokio::sync::oneshot;
+
+use crate::metrics::Metrics;
+
+/// One admitted request.
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub request: ValidRequest,
+    pub request_id: String,
+    pub deadline: Instant,
+    pub reply: oneshot::Sender<Outcome>,
+}
+
+/// A worker's answer.
+pub(crate) type Outcome = Result<Answered, Failed>;
+
+#[derive(Debug)]
+pub(crate) struct Answered {
+    pub response: SystemOneResponse,
+    pub queued: Duration,
+    pub engine: Duration,
+}
+
+#[derive(Debug)]
+pub(crate) enum Failed {
+    Engine(CoreError),
+    Panicked(String),
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Rejected {
+    Full,
+    Closed,
+}
+
+/// The running workers and the sending side of their queue.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    sender: Mutex<Option<SyncSender<(Job, Instant)>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    metrics: Arc<Metrics>,
+    worker_count: usize,
+    /// Mean engine time per request, in microseconds (exponentially weighted), for
+    /// `retry-after`.
+    mean_engine_us: Arc<AtomicU64>,
+}
+
+impl Pool {
+    /// Start `workers` threads (at least one) answering from a queue of `bound`.
+    pub(crate) fn start(
+        ruling: Arc<Ruling>,
+        workers: usize,
+        bound: usize,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Self> {
+        let (sender, receiver) = sync_channel::<(Job, Instant)>(bound);
+        let receiver = Arc::new(Mutex::new(receiver));
+        let mean_engine_us = Arc::new(AtomicU64::new(1_000_000));
+        let worker_count = workers.max(1);
+        let mut handles = Vec::with_capacity(worker_count);
+        for index in 0..worker_count {
+            let worker = Worker {
+                ruling: Arc::clone(&ruling),
+                receiver: Arc::clone(&receiver),
+                metrics: Arc::clone(&metrics),
+                mean_engine_us: Arc::clone(&mean_engine_us),
+            };
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("ruling-worker-{index}"))
+                    .spawn(move || worker.run())?,
+            );
+        }
+        Ok(Self {
+            sender: Mutex::new(Some(sender)),
+            workers: Mutex::new(handles),
+            metrics,
+            worker_count,
+            mean_engine_us,
+        })
+    }
+
+    /// Admit a job, or say at once why not.
+    pub(crate) fn submit(&self, job: Job) -> Result<(), Rejected> {
+        let guard = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(sender) = guard.as_ref() else {
+            return Err(Rejected::Closed);
+        };
+        // Counted before the send so a worker's decrement can never run first.
+        self.metrics.queue_depth.inc();
+        match sender.try_send((job, Instant::now())) {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                self.metrics.queue_depth.dec();
+                Err(match error {
+                    TrySendError::Full(_) => Rejected::Full,
+                    TrySendError::Disconnected(_) => Rejected::Closed,
+                })
+            }
+        }
+    }
+
+    /// Seconds a refused client should wait: the queue's expected drain time, 1 to 30 s.
+    pub(crate) fn retry_after(&self) -> u64 {
+        let mean = self.mean_engine_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let waiting = self.metrics.queue_depth.get().max(0) as f64 + 1.0;
+        let seconds = (mean * waiting / self.worker_count as f64).ceil();
+        (seconds as u64).clamp(1, 30)
+    }
+
+    /// Stop admitting, let the workers finish every queued job, and wait for them.
+    pub(crate) fn close_and_join(&self) {
+        drop(
+            self.sender
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        let handles =
+            std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
+        for handle in handles {
+            if handle.join().is_err() {
+                tracing::error!("an engine worker thread panicked outside a request");
+            }
+        }
+    }
+}
+
+struct Worker {
+    ruling: Arc<Ruling>,
+    receiver: Arc<Mutex<Receiver<(Job, Instant)>>>,
+    metrics: Arc<Metrics>,
+    mean_engine_us: Arc<AtomicU64>,
+}
+
+impl Worker {
+    fn run(self) {
+        loop {
+            // One idle worker waits in `recv` holding the lock; the others wait for the lock.
+            let next = self
+                .receiver
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .recv();
+            let Ok((job, admitted)) = next else {
+                return; // the queue is closed and drained
+            };
+            self.metrics.queue_depth.dec();
+            let queued = admitted.elapsed();
+            if Instant::now() >= job.deadline {
+                self.metrics.skip("expired");
+                tracing::debug!(request_id = %job.request_id, "skipped: its deadline passed in the queue");
+                continue;
+            }
+            if job.reply.is_closed() {
+                self.metrics.skip("client_gone");
+                tracing::debug!(request_id = %job.request_id, "skipped: the client is gone");
+                continue;
+            }
+            self.metrics.queue_wait.observe(queued.as_secs_f64());
+            self.metrics.busy_workers.inc();
+            let started = Instant::now();
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                self.ruling.evaluate_valid(&job.request)
+            }));
+            let engine = started.elapsed();
+            self.metrics.busy_workers.dec();
+            self.metrics.engine_time.observe(engine.as_secs_f64());
+            self.record_engine_time(engine);
+            let outcome = match result {
+                Ok(Ok(response)) => Ok(Answered {
+                    response,
+                    queued,
+                    engine,
+                }),
+                Ok(Err(error)) => Err(Failed::Engine(error)),
+                Err(panic) => {
+                    self.metrics.engine_panics.inc();
+                    let message = panic_message(panic.as_ref());
+                    tracing::error!(request_id = %job.request_id, panic = %message, "the engine panicked");
+                    Err(Failed::Panicked(message))
+                }
+            };
+            // The handler may have gone meanwhile; then nobody wants the answer.
+            let _ = job.reply.send(outcome);
+        }
+    }
+
+    fn record_engine_time(&self, engine: Duration) {
+        let sample = u64::try_from(engine.as_micros()).unwrap_or(u64::MAX);
+        let old = self.mean_engine_us.load(Ordering::Relaxed);
+        self.mean_engine_us
+            .store(old - old / 8 + sample / 8, Ordering::Relaxed);
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}

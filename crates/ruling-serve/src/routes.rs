@@ -1,0 +1,276 @@
+//! The routes and their handlers.
+//!
+//! | route | auth | what |
+//! |---|---|---|
+//! | `POST /v1/systemone` | key | answer a System One request (JSON, or multipart with images) |
+//! | `GET /v1/models` | key | the served name and its aliases |
+//! | `GET /metrics` | key | Prometheus text |
+//! | `GET /health` | open | 200 once the model is loaded, 503 before |
+//! | `GET /openapi.json` | open | the OpenAPI 3.1 document of these routes |
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router, middleware};
+use ruling_schema::{ErrorDetail, LocItem, ModelInfo, ModelsList, ValidRequest, ValidationErrors};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tower_http::decompression::RequestDecompressionLayer;
+
+use crate::error::ApiError;
+use crate::queue::{Failed, Job, Rejected};
+use crate::request_id::RequestId;
+use crate::state::AppState;
+use crate::{auth, body, metrics, multipart, openapi, request_id};
+
+/// Bodies up to this size are validated on the async thread; larger ones on the blocking pool.
+const INLINE_VALIDATION_BYTES: usize = 64 * 1024;
+
+/// `GET /health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Health {
+    /// `ok` once the model answers, `loading` before.
+    pub status: String,
+    /// The served name once loaded; the model spec being loaded before.
+    pub model: String,
+}
+
+/// The whole application: routes, authentication, decompression, request ids, metrics.
+pub fn app(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/v1/systemone", post(system_one))
+        .route("/v1/models", get(models))
+        .route("/metrics", get(prometheus))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
+    Router::new()
+        .route("/health", get(health))
+        .route("/openapi.json", get(openapi_json))
+        .merge(protected)
+        .fallback(not_found)
+        .layer(RequestDecompressionLayer::new())
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            request_id::layer,
+        ))
+        .with_state(state)
+}
+
+async fn not_found() -> StatusCode {
+    StatusCode::NOT_FOUND
+}
+
+async fn health(State(state): State<AppState>) -> Response {
+    match state.ready() {
+        Some(ready) => Json(Health {
+            status: "ok".to_owned(),
+            model: ready.served_name().to_owned(),
+        })
+        .into_response(),
+        None => {
+            let mut response = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(Health {
+                    status: "loading".to_owned(),
+                    model: state.loading().to_owned(),
+                }),
+            )
+                .into_response();
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("5"));
+            response
+        }
+    }
+}
+
+async fn openapi_json() -> Json<Value> {
+    static DOCUMENT: LazyLock<Value> = LazyLock::new(openapi::document);
+    Json(DOCUMENT.clone())
+}
+
+async fn prometheus(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let text = state
+        .metrics()
+        .render()
+        .map_err(|_| ApiError::Internal("the metrics could not be rendered".to_owned()))?;
+    Ok(([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response())
+}
+
+async fn models(State(state): State<AppState>) -> Result<Json<ModelsList>, ApiError> {
+    let ready = state.require_ready()?;
+    let served = ready.served_name();
+    let models = ready
+        .names
+        .iter()
+        .map(|name| ModelInfo {
+            name: name.clone(),
+            description: if name == served {
+                ready.meta.description.clone()
+            } else {
+                format!("alias of {served}: {}", ready.meta.description)
+            },
+            release_date: ready.meta.release_date.clone(),
+        })
+        .collect();
+    Ok(Json(ModelsList { models }))
+}
+
+async fn system_one(
+    State(state): State<AppState>,
+    Extension(RequestId(request_id)): Extension<RequestId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let config = state.config();
+    let deadline = started + config.timeout;
+    let ready = state.require_ready()?;
+    let bytes = body::read(&headers, body, config.max_body_bytes).await?;
+
+    let valid = parse(&headers, bytes, ready.ruling.info().capabilities).await?;
+    if !ready.names.iter().any(|n| n == valid.model()) {
+        return Err(unknown_model(valid.model(), &ready.names));
+    }
+    let asked = valid.questions().len();
+    if asked > config.max_questions {
+        return Err(too_many_questions(asked, config.max_questions));
+    }
+
+    let (reply, answer) = oneshot::channel();
+    let job = Job {
+        request: valid,
+        request_id: request_id.clone(),
+        deadline,
+        reply,
+    };
+    match ready.pool.submit(job) {
+        Ok(()) => {}
+        Err(Rejected::Full) => {
+            state.metrics().reject("queue_full");
+            return Err(ApiError::Overloaded {
+                retry_after: ready.pool.retry_after(),
+            });
+        }
+        Err(Rejected::Closed) => return Err(ApiError::ShuttingDown),
+    }
+    let timed_out = || {
+        state.metrics().reject("timeout");
+        ApiError::TimedOut {
+            after: config.timeout,
+            retry_after: ready.pool.retry_after(),
+        }
+    };
+    // Dropping `answer` (on timeout, or when the client goes and this future with it) tells the
+    // worker to skip the job if it has not started it.
+    let outcome = match tokio::time::timeout_at(deadline.into(), answer).await {
+        Ok(Ok(outcome)) => outcome,
+        // The worker drops a job whose deadline passed while it waited.
+        Ok(Err(_)) | Err(_) => return Err(timed_out()),
+    };
+    match outcome {
+        Ok(answered) => {
+            let usage = answered.response.usage;
+            state.metrics().input_tokens.inc_by(usage.input_tokens);
+            state.metrics().output_tokens.inc_by(usage.output_tokens);
+            let mut response = Json(answered.response).into_response();
+            if let Ok(timing) =
+                HeaderValue::from_str(&server_timing(answered.queued, answered.engine))
+            {
+                response.headers_mut().insert("server-timing", timing);
+            }
+            Ok(response)
+        }
+        Err(Failed::Engine(error)) => {
+            let error = ApiError::from(error);
+            if let ApiError::Internal(message) = &error {
+                tracing::error!(%message, "the engine failed on a valid request");
+            }
+            Err(error)
+        }
+        Err(Failed::Panicked(message)) => Err(ApiError::Internal(format!(
+            "the engine panicked: {message}"
+        ))),
+    }
+}
+
+/// Validate a JSON or multipart body into a request; large bodies off the async threads.
+async fn parse(
+    headers: &HeaderMap,
+    bytes: Bytes,
+    caps: ruling_schema::Capabilities,
+) -> Result<ValidRequest, ApiError> {
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let size = bytes.len();
+    let result = if multipart::is_multipart(content_type) {
+        let form = multipart::read_form(bytes, content_type).await?;
+        off_runtime(size, move || multipart::assemble(form, &caps)).await?
+    } else {
+        // Any other content type is read as JSON: curl's default form type included.
+        off_runtime(size, move || ruling_schema::parse_request(&bytes, &caps)).await?
+    };
+    result.map_err(ApiError::Invalid)
+}
+
+async fn off_runtime<T: Send + 'static>(
+    size: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    if size <= INLINE_VALIDATION_BYTES {
+        return Ok(work());
+    }
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| ApiError::Internal("request validation failed unexpectedly".to_owned()))
+}
+
+fn unknown_model(given: &str, names: &[String]) -> ApiError {
+    let detail = ErrorDetail::new(
+        vec![LocItem::from("body"), LocItem::from("model")],
+        "value_error",
+        format!(
+            "Value error, unknown model {given:?}: this server serves {}",
+            names
+                .iter()
+                .map(|n| format!("{n:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+    .with_input(json!(given))
+    .with_ctx(json!({"known": names}));
+    ApiError::Invalid(ValidationErrors::new(vec![detail]))
+}
+
+fn too_many_questions(asked: usize, max: usize) -> ApiError {
+    let detail = ErrorDetail::new(
+        vec![LocItem::from("body"), LocItem::from("questions")],
+        "too_long",
+        format!(
+            "Dictionary should have at most {max} items: this server takes at most {max} questions per request; got {asked}"
+        ),
+    )
+    .with_ctx(json!({"field_type": "Dictionary", "max_length": max, "actual_length": asked}));
+    ApiError::Invalid(ValidationErrors::new(vec![detail]))
+}
+
+fn server_timing(queued: Duration, engine: Duration) -> String {
+    format!(
+        "queue;dur={:.1}, engine;dur={:.1}",
+        queued.as_secs_f64() * 1e3,
+        engine.as_secs_f64() * 1e3
+    )
+}

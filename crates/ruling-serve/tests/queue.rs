@@ -1,0 +1,327 @@
+//! The worker pool behind the bounded queue, with a test engine that waits at a gate so every
+//! state (a worker busy, the queue full, a deadline passed) is reached deterministically:
+//! 429 with retry-after, 503 on timeout with the expired request skipped unstarted, 500 on an
+//! engine failure or panic with the server still answering, and a graceful shutdown that
+//! answers what is in flight and queued.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::engine::{Behaviour, Control, TEST_MODEL, TestEngine};
+use common::{TICKET, TestServer, json_of, metric, three_questions, with_engine};
+use ruling_serve::Config;
+
+fn ask(
+    server: &TestServer,
+) -> tokio::task::JoinHandle<(u16, reqwest::header::HeaderMap, serde_json::Value)> {
+    let request = server
+        .client
+        .post(server.url("/v1/systemone"))
+        .json(&three_questions(TEST_MODEL, TICKET));
+    tokio::spawn(async move { json_of(request.send().await.expect("sent")).await })
+}
+
+async fn queue_depth(server: &TestServer) -> f64 {
+    let text = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    metric(&text, "ruling_queue_depth").expect("the queue depth is exported")
+}
+
+async fn wait_queue_depth(server: &TestServer, depth: f64) {
+    for _ in 0..500 {
+        if (queue_depth(server).await - depth).abs() < 0.5 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the queue never reached depth {depth}");
+}
+
+/// One worker busy at the gate and `queued` requests waiting behind it.
+async fn busy(
+    config: Config,
+    queued: usize,
+) -> (
+    TestServer,
+    Arc<Control>,
+    Vec<tokio::task::JoinHandle<(u16, reqwest::header::HeaderMap, serde_json::Value)>>,
+) {
+    let (ruling, control) = TestEngine::gated();
+    let server = with_engine(config, ruling).await;
+    let mut pending = vec![ask(&server)];
+    control.wait_started(1).await;
+    for i in 0..queued {
+        pending.push(ask(&server));
+        wait_queue_depth(&server, (i + 1) as f64).await;
+    }
+    (server, control, pending)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_queue_is_a_429_with_retry_after() {
+    let config = Config {
+        workers: 1,
+        queue: 2,
+        ..Config::default()
+    };
+    let (server, control, pending) = busy(config, 2).await;
+
+    let (status, headers, body) =
+        json_of(server.post_json(&three_questions(TEST_MODEL, TICKET)).await).await;
+    assert_eq!(status, 429, "{body}");
+    let retry_after: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=30).contains(&retry_after));
+    assert!(body["detail"].as_str().unwrap().contains("queue is full"));
+    assert!(headers.contains_key("x-request-id"));
+
+    control.gate.open();
+    for handle in pending {
+        let (status, _, body) = handle.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let text = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &text,
+            r#"ruling_rejected_requests_total{reason="queue_full"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(control.started(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zero_queue_admits_only_to_an_idle_worker() {
+    let config = Config {
+        workers: 1,
+        queue: 0,
+        ..Config::default()
+    };
+    let (server, control, pending) = busy(config, 0).await;
+    let status = server
+        .post_json(&three_questions(TEST_MODEL, TICKET))
+        .await
+        .status();
+    assert_eq!(status, 429);
+    control.gate.open();
+    assert_eq!(pending.into_iter().next().unwrap().await.unwrap().0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timed_out_request_is_a_503_and_is_never_started() {
+    let config = Config {
+        workers: 1,
+        queue: 4,
+        timeout: Duration::from_millis(400),
+        ..Config::default()
+    };
+    let (server, control, mut pending) = busy(config, 1).await;
+    // Both time out: the first is running, the second still waits in the queue.
+    let queued = pending.pop().unwrap();
+    let running = pending.pop().unwrap();
+    for handle in [running, queued] {
+        let (status, headers, body) = handle.await.unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert!(headers.contains_key("retry-after"));
+        assert!(
+            body["detail"]
+                .as_str()
+                .unwrap()
+                .contains("not answered within")
+        );
+    }
+    control.gate.open();
+    // The worker finishes the running one (its answer is dropped) and skips the expired one.
+    for _ in 0..200 {
+        if control.finished.load(std::sync::atomic::Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = server
+        .post_json(&three_questions(TEST_MODEL, TICKET))
+        .await
+        .status();
+    assert_eq!(status, 200, "the server still answers");
+    assert_eq!(
+        control.started(),
+        2,
+        "the expired request was skipped, not started"
+    );
+    let text = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(&text, r#"ruling_skipped_requests_total{reason="expired"}"#),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, r#"ruling_rejected_requests_total{reason="timeout"}"#),
+        Some(2.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_goes_away_is_skipped_if_not_started() {
+    let config = Config {
+        workers: 1,
+        queue: 4,
+        ..Config::default()
+    };
+    let (server, control, pending) = busy(config, 0).await;
+    // This client gives up after 300 ms while its request waits in the queue.
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let gone = impatient
+        .post(server.url("/v1/systemone"))
+        .json(&three_questions(TEST_MODEL, TICKET))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client timed out");
+    // Its handler is dropped with the connection, and with it the reply channel.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    control.gate.open();
+    assert_eq!(pending.into_iter().next().unwrap().await.unwrap().0, 200);
+    let status = server
+        .post_json(&three_questions(TEST_MODEL, TICKET))
+        .await
+        .status();
+    assert_eq!(status, 200);
+    assert_eq!(
+        control.started(),
+        2,
+        "the abandoned request was never started"
+    );
+    let text = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &text,
+            r#"ruling_skipped_requests_total{reason="client_gone"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_engine_failure_is_a_500_with_a_json_body() {
+    let server = with_engine(Config::default(), TestEngine::behaving(Behaviour::Fail)).await;
+    let (status, _, body) =
+        json_of(server.post_json(&three_questions(TEST_MODEL, TICKET)).await).await;
+    assert_eq!(status, 500);
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("fails on purpose"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_engine_panic_is_a_500_and_the_worker_carries_on() {
+    let config = Config {
+        workers: 1,
+        ..Config::default()
+    };
+    let server = with_engine(config, TestEngine::behaving(Behaviour::Panic)).await;
+    for _ in 0..3 {
+        let (status, _, body) =
+            json_of(server.post_json(&three_questions(TEST_MODEL, TICKET)).await).await;
+        assert_eq!(status, 500);
+        assert!(
+            body["detail"].as_str().unwrap().contains("panicked"),
+            "{body}"
+        );
+    }
+    let status = server
+        .client
+        .get(server.url("/health"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+    let text = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(metric(&text, "ruling_engine_panics_total"), Some(3.0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn graceful_shutdown_answers_requests_in_flight_and_queued() {
+    let config = Config {
+        workers: 1,
+        queue: 4,
+        ..Config::default()
+    };
+    let (mut server, control, pending) = busy(config, 2).await;
+    let address = server.base.clone();
+    server.begin_shutdown();
+    // New connections are refused once the listener has stopped.
+    let refused = async {
+        for _ in 0..200 {
+            if reqwest::Client::new()
+                .get(format!("{address}/health"))
+                .send()
+                .await
+                .is_err()
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    };
+    assert!(refused.await, "the listener closes on shutdown");
+    control.gate.open();
+    for handle in pending {
+        let (status, _, body) = handle.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    server
+        .finished()
+        .await
+        .expect("serve returns Ok after a graceful shutdown");
+    assert_eq!(control.started(), 3);
+}
