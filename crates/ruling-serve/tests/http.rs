@@ -71,15 +71,7 @@ async fn models_lists_the_served_name_and_its_aliases() {
         ..Options::default()
     };
     let server = TestServer::ready(config, tiny_loader(options)).await;
-    let (status, _, body) = json_of(
-        server
-            .client
-            .get(server.url("/v1/models"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, body) = json_of(server.get("/v1/models").await).await;
     assert_eq!(status, 200);
     let models = body["models"].as_array().expect("a list");
     let names: Vec<&str> = models.iter().map(|m| m["name"].as_str().unwrap()).collect();
@@ -133,15 +125,7 @@ async fn health_is_503_while_loading_and_200_after() {
     });
     let server = TestServer::start(Config::default(), loader).await;
 
-    let (status, headers, body) = json_of(
-        server
-            .client
-            .get(server.url("/health"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, headers, body) = json_of(server.get("/health").await).await;
     assert_eq!(status, 503);
     assert_eq!(body, json!({"status": "loading", "model": "slow-model"}));
     assert!(headers.contains_key("retry-after"));
@@ -149,25 +133,12 @@ async fn health_is_503_while_loading_and_200_after() {
     let response = server.post_json(&three_questions(TEST_MODEL, TICKET)).await;
     assert_eq!(response.status(), 503);
     assert!(response.headers().contains_key("retry-after"));
-    let response = server
-        .client
-        .get(server.url("/v1/models"))
-        .send()
-        .await
-        .unwrap();
+    let response = server.get("/v1/models").await;
     assert_eq!(response.status(), 503);
 
     gate.open();
     server.wait_ready().await;
-    let (status, _, body) = json_of(
-        server
-            .client
-            .get(server.url("/health"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, body) = json_of(server.get("/health").await).await;
     assert_eq!(status, 200);
     assert_eq!(body, json!({"status": "ok", "model": TEST_MODEL}));
     server.stop().await.expect("a clean stop");
@@ -203,7 +174,7 @@ async fn every_response_carries_a_request_id() {
         "/openapi.json",
         "/metrics",
     ] {
-        let response = server.client.get(server.url(path)).send().await.unwrap();
+        let response = server.get(path).await;
         let id = response.headers()["x-request-id"]
             .to_str()
             .unwrap()
@@ -561,26 +532,10 @@ async fn multipart_parts_must_match_assets() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_routes_and_methods_answer_json() {
     let server = with_engine(Config::default(), TestEngine::ruling()).await;
-    let (status, _, body) = json_of(
-        server
-            .client
-            .get(server.url("/v2/nothing"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, body) = json_of(server.get("/v2/nothing").await).await;
     assert_eq!(status, 404);
     assert!(body["detail"].is_string());
-    let (status, _, body) = json_of(
-        server
-            .client
-            .get(server.url("/v1/systemone"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, body) = json_of(server.get("/v1/systemone").await).await;
     assert_eq!(status, 405);
     assert!(body["detail"].is_string());
 }
@@ -597,12 +552,7 @@ async fn metrics_count_requests_tokens_and_the_queue() {
     }
     let status = server.post_bytes(b"{".to_vec(), &[]).await.status();
     assert_eq!(status, 422);
-    let response = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap();
+    let response = server.get("/metrics").await;
     assert_eq!(response.status(), 200);
     assert!(
         response.headers()["content-type"]
@@ -667,15 +617,7 @@ async fn follow_up_questions_answer_the_same_with_the_prefix_cache_on_or_off() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_served_openapi_document_is_the_generated_one() {
     let server = with_engine(Config::default(), TestEngine::ruling()).await;
-    let (status, _, body) = json_of(
-        server
-            .client
-            .get(server.url("/openapi.json"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, body) = json_of(server.get("/openapi.json").await).await;
     assert_eq!(status, 200);
     assert_eq!(body, ruling_serve::openapi::document());
 }

@@ -125,15 +125,7 @@ async fn eight_clients_get_200_or_429_and_memory_returns() {
     // Let the last responses and connections wind down, then measure again.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib();
-    let text = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics().await;
     assert_eq!(common::metric(&text, "ruling_queue_depth"), Some(0.0));
     assert_eq!(common::metric(&text, "ruling_busy_workers"), Some(0.0));
 

@@ -24,15 +24,7 @@ fn ask(
 }
 
 async fn queue_depth(server: &TestServer) -> f64 {
-    let text = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics().await;
     metric(&text, "ruling_queue_depth").expect("the queue depth is exported")
 }
 
@@ -88,15 +80,7 @@ async fn a_full_queue_is_a_429_with_retry_after() {
         let (status, _, body) = handle.await.unwrap();
         assert_eq!(status, 200, "{body}");
     }
-    let text = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,
@@ -165,15 +149,7 @@ async fn a_timed_out_request_is_a_503_and_is_never_started() {
         2,
         "the expired request was skipped, not started"
     );
-    let text = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics().await;
     assert_eq!(
         metric(&text, r#"ruling_skipped_requests_total{reason="expired"}"#),
         Some(1.0),
@@ -218,15 +194,7 @@ async fn a_client_that_goes_away_is_skipped_if_not_started() {
         2,
         "the abandoned request was never started"
     );
-    let text = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,
@@ -268,23 +236,9 @@ async fn an_engine_panic_is_a_500_and_the_worker_carries_on() {
             "{body}"
         );
     }
-    let status = server
-        .client
-        .get(server.url("/health"))
-        .send()
-        .await
-        .unwrap()
-        .status();
+    let status = server.get("/health").await.status();
     assert_eq!(status, 200);
-    let text = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics().await;
     assert_eq!(metric(&text, "ruling_engine_panics_total"), Some(3.0));
 }
 

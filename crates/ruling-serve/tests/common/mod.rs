@@ -122,6 +122,23 @@ impl TestServer {
             .expect("the request is sent")
     }
 
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("the request is sent")
+    }
+
+    /// The Prometheus text of `/metrics` (on a server without a key).
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics")
+            .await
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     pub async fn post_bytes(&self, body: Vec<u8>, headers: &[(&str, &str)]) -> reqwest::Response {
         let mut request = self.client.post(self.url("/v1/systemone")).body(body);
         for (name, value) in headers {
