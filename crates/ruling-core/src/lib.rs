@@ -133,7 +133,7 @@ impl Ruling {
         };
         pull.hub = pull.hub && std::env::var_os("RULING_NO_HUB").is_none();
         let local = ruling_models::pull(&spec, &pull)?;
-        let (model_id, revision) = identity(&spec, &local);
+        let (model_id, revision) = model_identity(&spec);
         let path = match &local {
             LocalModel::Gguf { path } | LocalModel::Directory { path } => path.clone(),
         };
@@ -195,25 +195,23 @@ impl Ruling {
     }
 }
 
-/// The identity calibration files and reports use: the catalog name and the sha256 the
-/// catalog pins, the hub repo and its revision, or a local file's name.
-fn identity(spec: &ModelSpec, local: &LocalModel) -> (String, Option<String>) {
+/// The identity calibration files and reports use for a model spec: the catalog name and the
+/// sha256 the catalog pins, the hub repo and its revision, or a local file's name. It is the
+/// `model_id` and `revision` of the [`ruling_calibration::Provenance`] a loaded model checks.
+pub fn model_identity(spec: &ModelSpec) -> (String, Option<String>) {
     match spec {
         ModelSpec::Catalog(entry) => (
             entry.name.to_owned(),
             entry.files.first().map(|f| f.sha256.to_owned()),
         ),
         ModelSpec::Hub(repo) => (format!("hf:{}", repo.repo), repo.revision.clone()),
-        ModelSpec::Local(_) => {
-            let path = match local {
-                LocalModel::Gguf { path } | LocalModel::Directory { path } => path,
-            };
-            (
-                path.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-                None,
-            )
-        }
+        ModelSpec::Local(local) => (
+            local
+                .path()
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            None,
+        ),
     }
 }

@@ -1,9 +1,27 @@
-//! `ruling-eval`: the ruling evaluator binary. For now it has one subcommand, `ask`, which loads
-//! a model in-process, asks typed questions about one state, and prints the answers as a table
-//! (or the raw System One response with `--json`). Dataset evaluation (`eval`) and benchmarks
-//! (`bench`) join the `Command` enum later.
+//! `ruling-eval`: the ruling evaluator binary.
+//!
+//! - `ask` loads a model in-process, asks typed questions about one state, and prints the
+//!   answers as a table (or the raw System One response with `--json`).
+//! - `run` evaluates dataset records (in-process or against a System One server) with one
+//!   traced request each, appending a result line per record, resumable after a kill, and
+//!   writes the report at the end (`run.rs`, `derive.rs`, `results.rs`).
+//! - `calibrate` fits one temperature per question type on development results
+//!   (`calibrate.rs`); `report` writes `report.md`, `report.json` and the SVG figures
+//!   (`summary.rs`, `report.rs`, `figures.rs`); `compare` sets two result sets side by side
+//!   with paired bootstrap intervals (`compare.rs`).
+//!
+//! `docs/eval.md` documents the commands, the result format and every derivation.
 
+mod calibrate;
+mod client;
+mod compare;
+mod derive;
+mod figures;
 mod question;
+mod report;
+mod results;
+mod run;
+mod summary;
 
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
@@ -30,6 +48,14 @@ struct Cli {
 enum Command {
     /// Ask questions about one state in-process and print the answers.
     Ask(AskArgs),
+    /// Evaluate dataset records, appending one result line each; rerun to resume.
+    Run(run::RunArgs),
+    /// Fit one temperature per question type on dev results; write a calibration file.
+    Calibrate(calibrate::CalibrateArgs),
+    /// Write report.md, report.json and the SVG figures of a results directory.
+    Report(report::ReportArgs),
+    /// Two results directories side by side, with paired bootstrap intervals.
+    Compare(compare::CompareArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -83,7 +109,7 @@ struct AskArgs {
     trace: bool,
 }
 
-fn parse_dtype(given: &str) -> Result<WeightDtype, String> {
+pub(crate) fn parse_dtype(given: &str) -> Result<WeightDtype, String> {
     WeightDtype::parse(given)
         .ok_or_else(|| format!("unknown dtype {given:?}; expected auto, native, f32, f16 or q8_0"))
 }
@@ -92,6 +118,10 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Ask(args) => ask(args),
+        Command::Run(args) => run::run(args),
+        Command::Calibrate(args) => calibrate::calibrate(args),
+        Command::Report(args) => report::report(args),
+        Command::Compare(args) => compare::compare(args),
     }
 }
 
@@ -366,7 +396,9 @@ mod tests {
             "b=choice:Which?:x,y",
         ])
         .unwrap();
-        let Command::Ask(args) = cli.command;
+        let Command::Ask(args) = cli.command else {
+            panic!("ask parses as ask");
+        };
         assert_eq!(args.questions.len(), 2);
         assert_eq!(args.rotations, 1);
         let bad = Cli::try_parse_from([

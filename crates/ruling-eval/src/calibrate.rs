@@ -1,0 +1,184 @@
+//! `ruling-eval calibrate`: one temperature per question type, fitted on development results,
+//! written as a calibration file carrying the run's provenance.
+//!
+//! The logits fitted are the rotated column's scores: what the engine divides by its
+//! temperature (after prior subtraction and rotation averaging, with the run's settings). The
+//! target of a question is its soft target where the dataset has one (the share of human
+//! votes), else its label. A question whose target puts weight on an option the engine ruled
+//! out (a two-stage choice that dropped the right intent) cannot be fitted at any temperature
+//! and is left out, and counted.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use ruling_calibration::{
+    AnswerType, Calibration, LabelledLogits, Target, TemperatureFit, fit_temperatures,
+};
+
+use crate::derive::log_scores;
+use crate::results::ResultSet;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Example:
+  ruling-eval run --model smollm2-135m --dataset boolq,chaosnli-snli,sst5 --split dev \\
+      --limit 500 --out runs/dev
+  ruling-eval calibrate --results runs/dev --out calibration.json
+  ruling-serve --model smollm2-135m --calibration calibration.json")]
+pub struct CalibrateArgs {
+    /// A results directory written by `ruling-eval run` on the dev split.
+    #[arg(long)]
+    results: PathBuf,
+    /// The calibration file to write.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// The fitting samples of a result set, and how many questions could not be fitted.
+pub struct Samples {
+    pub samples: Vec<(AnswerType, LabelledLogits)>,
+    pub skipped: usize,
+}
+
+pub fn samples(set: &ResultSet) -> Samples {
+    let mut samples = Vec::new();
+    let mut skipped = 0;
+    for (_, lines) in &set.datasets {
+        for question in lines.iter().flat_map(|l| l.questions.values()) {
+            let logits = log_scores(&question.rotated);
+            let target = match (&question.target, &question.label) {
+                (Some(target), _) => {
+                    let q: Vec<f64> = target.values().copied().collect();
+                    if q.iter()
+                        .zip(&logits)
+                        .any(|(&q, &l)| q > 0.0 && l == f64::NEG_INFINITY)
+                    {
+                        skipped += 1;
+                        continue;
+                    }
+                    Target::Soft(q)
+                }
+                (None, Some(label)) => match question.rotated.keys().position(|k| k == label) {
+                    Some(i) if logits[i].is_finite() => Target::Hard(i),
+                    _ => {
+                        skipped += 1;
+                        continue;
+                    }
+                },
+                (None, None) => continue,
+            };
+            samples.push((question.kind, LabelledLogits { logits, target }));
+        }
+    }
+    Samples { samples, skipped }
+}
+
+/// Fits the temperatures of a development result set; refuses held-out results.
+pub fn fit(set: &ResultSet) -> anyhow::Result<(TemperatureFit, usize)> {
+    refuse_held_out(set)?;
+    let Samples { samples, skipped } = samples(set);
+    if samples.is_empty() {
+        bail!(
+            "{} holds no labelled questions to fit a temperature on",
+            set.dir.display()
+        );
+    }
+    let fit = fit_temperatures(&samples).context("fitting temperatures")?;
+    Ok((fit, skipped))
+}
+
+fn refuse_held_out(set: &ResultSet) -> anyhow::Result<()> {
+    let held_out = set.manifest.is_held_out()
+        || set
+            .datasets
+            .iter()
+            .any(|(_, lines)| lines.iter().any(|l| l.split != "dev"));
+    if held_out {
+        bail!(
+            "{} holds {} results; a temperature is fitted on dev results only \
+             (shared/datasets/README.md: a held-out set never fits a temperature). Run the dev \
+             split and calibrate on that",
+            set.dir.display(),
+            set.manifest.split
+        );
+    }
+    Ok(())
+}
+
+pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
+    let set = ResultSet::read(&args.results)?;
+    let (fit, skipped) = fit(&set)?;
+    let calibration = Calibration::from_fit(set.manifest.provenance.clone(), fit, Some(now()));
+    calibration.save(&args.out)?;
+    let mut out = String::new();
+    for (kind, result) in &calibration
+        .fitted
+        .as_ref()
+        .map(|f| f.per_type.clone())
+        .unwrap_or_default()
+    {
+        out.push_str(&format!(
+            "{kind}: temperature {:.4} on {} questions (log loss {:.4} -> {:.4}, ECE {:.4} -> {:.4}{})\n",
+            result.temperature,
+            result.samples,
+            result.nll_before,
+            result.nll_after,
+            result.ece_before,
+            result.ece_after,
+            if result.at_bound { ", at the search bound" } else { "" }
+        ));
+    }
+    if skipped > 0 {
+        out.push_str(&format!(
+            "{skipped} questions left out: their target is on an option the engine ruled out\n"
+        ));
+    }
+    eprint!("{out}");
+    eprintln!("wrote {}", display(&args.out));
+    Ok(())
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// The current UTC time as RFC 3339 (`2026-11-30T08:21:12Z`).
+pub fn now() -> String {
+    let seconds = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    rfc3339(seconds)
+}
+
+fn rfc3339(seconds: u64) -> String {
+    let days = (seconds / 86_400) as i64;
+    let rest = seconds % 86_400;
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_767_225_599), "2025-12-31T23:59:59Z");
+    }
+}

@@ -1,0 +1,402 @@
+//! `ruling-eval report`: `report.md` (a table per dataset and question type with the raw,
+//! prior-corrected, rotated and calibrated columns side by side, and the figures),
+//! `report.json` (every figure) and `figures/*.svg`, each written atomically.
+//!
+//! The calibrated column's temperatures come from, in order: `--calibration FILE` (checked
+//! against the run's provenance); the calibration the run's engine applied; a fit on these
+//! very rows when they are development rows (in-sample, so optimistic, and labelled so); for
+//! held-out rows without a calibration there is no calibrated column.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use ruling_calibration::{AnswerType, Calibration, ReliabilityDiagram, Temperatures};
+use serde::Serialize;
+
+use crate::figures;
+use crate::results::{ResultSet, RunManifest, write_atomic};
+use crate::summary::{COVERAGE_ERROR, ColumnMetrics, DatasetSummary, ECE_BINS, summarise};
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// A results directory written by `ruling-eval run`.
+    #[arg(long)]
+    results: PathBuf,
+    /// Temperatures for the calibrated column (fitted on dev results of the same settings).
+    #[arg(long)]
+    calibration: Option<PathBuf>,
+}
+
+/// Where the calibrated column's temperatures came from.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "source", rename_all = "kebab-case")]
+pub enum CalibrationUsed {
+    /// `report --calibration FILE`.
+    File {
+        path: String,
+        temperatures: Temperatures,
+    },
+    /// The calibration the run's engine applied.
+    Run {
+        path: String,
+        temperatures: Temperatures,
+    },
+    /// Fitted on these rows themselves (development rows only).
+    InSample {
+        temperatures: Temperatures,
+        questions: usize,
+        left_out: usize,
+    },
+    /// No calibrated column.
+    None { reason: String },
+}
+
+impl CalibrationUsed {
+    pub fn temperatures(&self) -> Option<&Temperatures> {
+        match self {
+            Self::File { temperatures, .. }
+            | Self::Run { temperatures, .. }
+            | Self::InSample { temperatures, .. } => Some(temperatures),
+            Self::None { .. } => None,
+        }
+    }
+}
+
+/// Everything `report.json` holds.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub format_version: u32,
+    pub run: RunManifest,
+    pub calibration: CalibrationUsed,
+    pub ece_bins: usize,
+    pub coverage_error: f64,
+    pub datasets: Vec<DatasetSummary>,
+}
+
+pub fn report(args: ReportArgs) -> anyhow::Result<()> {
+    let written = write(&args.results, args.calibration.as_deref())?;
+    eprintln!("wrote {}", written.display());
+    Ok(())
+}
+
+/// Builds the report of a results directory and writes it there; returns `report.md`'s path.
+pub fn write(dir: &Path, calibration: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let set = ResultSet::read(dir)?;
+    let report = build(&set, calibration)?;
+    let figures_dir = dir.join("figures");
+    std::fs::create_dir_all(&figures_dir)
+        .with_context(|| format!("creating {}", figures_dir.display()))?;
+    for dataset in &report.datasets {
+        for group in &dataset.groups {
+            let diagrams: Vec<(&str, &ReliabilityDiagram)> = group
+                .columns
+                .iter()
+                .filter_map(|c| Some((c.column.name(), c.reliability.as_ref()?)))
+                .collect();
+            if diagrams.is_empty() {
+                continue;
+            }
+            let stem = figure_stem(&dataset.dataset, group.question_type);
+            let title = format!(
+                "{} ({}, {})",
+                dataset.dataset, group.question_type, dataset.split
+            );
+            write_atomic(
+                &figures_dir.join(format!("{stem}-reliability.svg")),
+                figures::reliability(&format!("reliability: {title}"), &diagrams)?.as_bytes(),
+            )?;
+            write_atomic(
+                &figures_dir.join(format!("{stem}-confidence.svg")),
+                figures::confidence(&format!("confidence: {title}"), &diagrams)?.as_bytes(),
+            )?;
+        }
+    }
+    let mut json = serde_json::to_vec_pretty(&report)?;
+    json.push(b'\n');
+    write_atomic(&dir.join("report.json"), &json)?;
+    let markdown = dir.join("report.md");
+    write_atomic(&markdown, render(&report).as_bytes())?;
+    Ok(markdown)
+}
+
+fn figure_stem(dataset: &str, kind: AnswerType) -> String {
+    let safe: String = dataset
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{safe}-{kind}")
+}
+
+pub fn build(set: &ResultSet, calibration: Option<&Path>) -> anyhow::Result<Report> {
+    let used = calibration_used(set, calibration)?;
+    let datasets = set
+        .datasets
+        .iter()
+        .map(|(name, lines)| summarise(name, &set.manifest.split, lines, used.temperatures()))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Report {
+        format_version: crate::results::FORMAT_VERSION,
+        run: set.manifest.clone(),
+        calibration: used,
+        ece_bins: ECE_BINS,
+        coverage_error: COVERAGE_ERROR,
+        datasets,
+    })
+}
+
+fn calibration_used(set: &ResultSet, file: Option<&Path>) -> anyhow::Result<CalibrationUsed> {
+    if let Some(path) = file {
+        let calibration = Calibration::load(path)?;
+        calibration
+            .check(&set.manifest.provenance)
+            .with_context(|| {
+                format!(
+                    "{} was not fitted for the run in {}",
+                    path.display(),
+                    set.dir.display()
+                )
+            })?;
+        return Ok(CalibrationUsed::File {
+            path: path.display().to_string(),
+            temperatures: calibration.temperatures,
+        });
+    }
+    if let Some(run) = &set.manifest.calibration {
+        return Ok(CalibrationUsed::Run {
+            path: run.path.clone(),
+            temperatures: run.temperatures,
+        });
+    }
+    if set.manifest.is_held_out() {
+        return Ok(CalibrationUsed::None {
+            reason: "held-out rows never fit a temperature; pass --calibration with one fitted \
+                     on dev results"
+                .to_owned(),
+        });
+    }
+    Ok(match crate::calibrate::fit(set) {
+        Ok((fit, left_out)) => CalibrationUsed::InSample {
+            questions: fit.summary.per_type.values().map(|r| r.samples).sum(),
+            temperatures: fit.temperatures,
+            left_out,
+        },
+        Err(error) => CalibrationUsed::None {
+            reason: format!("no temperature could be fitted: {error:#}"),
+        },
+    })
+}
+
+fn cell(value: Option<f64>) -> String {
+    match value {
+        Some(v) if v.is_infinite() => "inf".to_owned(),
+        Some(v) => format!("{v:.3}"),
+        None => "—".to_owned(),
+    }
+}
+
+fn temperatures_text(t: &Temperatures) -> String {
+    AnswerType::ALL
+        .iter()
+        .map(|&k| format!("{k} {:.3}", t.get(k)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The markdown text of a report.
+pub fn render(report: &Report) -> String {
+    let run = &report.run;
+    let mut out = String::new();
+    let _ = writeln!(out, "# Evaluation report\n");
+    let _ = writeln!(
+        out,
+        "Model `{}` (id `{}`, revision `{}`), {}{}; rotations {}, prior {}; split **{}**, seed \
+         {}; reversal requests {}.\n",
+        run.model,
+        run.provenance.model_id,
+        run.provenance.revision.as_deref().unwrap_or("none"),
+        run.mode,
+        run.url
+            .as_deref()
+            .map(|u| format!(" at {u}"))
+            .unwrap_or_default(),
+        run.provenance.rotations,
+        if run.provenance.prior { "on" } else { "off" },
+        run.split,
+        run.seed,
+        if run.reversal { "on" } else { "off" },
+    );
+    let calibration = match &report.calibration {
+        CalibrationUsed::File { path, temperatures } => {
+            format!(
+                "temperatures from `{path}`: {}",
+                temperatures_text(temperatures)
+            )
+        }
+        CalibrationUsed::Run { path, temperatures } => format!(
+            "the run's own calibration `{path}`: {}",
+            temperatures_text(temperatures)
+        ),
+        CalibrationUsed::InSample {
+            temperatures,
+            questions,
+            left_out,
+        } => format!(
+            "temperatures fitted on these same {questions} questions ({left_out} left out), \
+             in-sample and so optimistic: {}. Fit on one dev run with `ruling-eval calibrate` \
+             and report another with `--calibration`",
+            temperatures_text(temperatures)
+        ),
+        CalibrationUsed::None { reason } => format!("none ({reason})"),
+    };
+    let _ = writeln!(out, "Calibrated column: {calibration}.\n");
+    let _ = writeln!(
+        out,
+        "Columns (one traced pass per record; `docs/eval.md` has the exact rules): **raw** is \
+         the options in the given order with no prior; **prior-corrected** the same order with \
+         the content-free prior subtracted (runs with `--prior` only); **rotated** the mean \
+         over every shown order in log space, as the engine folds them (prior-corrected when \
+         the run has the prior); **calibrated** the rotated scores divided by the question \
+         type's temperature. Confidence is the largest probability; ECE over {} equal bins; \
+         coverage is the largest share answered, most confident first, at most {:.0}% wrong; \
+         flip rate compares the options as given and reversed (choice and score: a second \
+         request with reversed options; noul: the engine's no-first order, traced when \
+         rotations >= 2; a temperature never moves an argmax, so calibrated flips as rotated \
+         does).\n",
+        report.ece_bins,
+        report.coverage_error * 100.0
+    );
+    for dataset in &report.datasets {
+        render_dataset(&mut out, dataset);
+    }
+    out
+}
+
+fn render_dataset(out: &mut String, dataset: &DatasetSummary) {
+    let _ = writeln!(out, "## {} ({})\n", dataset.dataset, dataset.split);
+    let mut facts = format!("{} records ({} refused)", dataset.records, dataset.refused);
+    if let Some(latency) = &dataset.latency_ms {
+        let _ = write!(
+            facts,
+            "; latency p50 {:.1} ms, p99 {:.1} ms, mean {:.1} ms",
+            latency.p50, latency.p99, latency.mean
+        );
+    }
+    if let Some(tokens) = dataset.input_tokens_per_request {
+        let _ = write!(facts, "; {tokens:.1} input tokens per request");
+    }
+    if let Some(reversal) = &dataset.reversal {
+        let _ = write!(
+            facts,
+            "; reversal requests (not counted above): {}, p50 {:.1} ms, {:.1} input tokens each",
+            reversal.requests, reversal.latency_ms.p50, reversal.input_tokens_per_request
+        );
+    }
+    let _ = writeln!(out, "{facts}.\n");
+    for group in &dataset.groups {
+        let mut head = format!(
+            "### {}: {} questions, {} labelled",
+            group.question_type, group.questions, group.labelled
+        );
+        if group.soft_targets > 0 {
+            let _ = write!(head, ", {} with soft targets", group.soft_targets);
+        }
+        if group.two_stage > 0 {
+            let _ = write!(head, ", {} asked in two stages", group.two_stage);
+        }
+        let _ = writeln!(out, "{head}\n");
+        let score = group.question_type == AnswerType::Score;
+        let soft = group.soft_targets > 0;
+        let mut header = vec![
+            "column",
+            "accuracy",
+            "macro-F1",
+            "ECE",
+            "Brier",
+            "log loss",
+            "coverage@5%",
+            "flip rate",
+        ];
+        if score {
+            header.push("MAE (levels)");
+        }
+        if soft {
+            header.push("KL (nats)");
+        }
+        let _ = writeln!(out, "| {} |", header.join(" | "));
+        let _ = writeln!(out, "|---|{}", "---:|".repeat(header.len() - 1));
+        for column in &group.columns {
+            let _ = writeln!(out, "{}", row(column, group.temperature, score, soft));
+        }
+        let missing: Vec<&str> = crate::summary::Column::SIDE_BY_SIDE
+            .iter()
+            .filter(|c| !group.columns.iter().any(|m| m.column == **c))
+            .map(|c| c.name())
+            .collect();
+        let mut notes = Vec::new();
+        if !missing.is_empty() {
+            notes.push(format!(
+                "not available: {} (prior-corrected needs a run with --prior; calibrated needs \
+                 temperatures)",
+                missing.join(", ")
+            ));
+        }
+        if let Some(column) = group.columns.first() {
+            notes.push(format!("flip rate over {} questions", column.flip_items));
+        }
+        let ruled_out: Vec<String> = group
+            .columns
+            .iter()
+            .filter(|c| c.ruled_out > 0)
+            .map(|c| format!("{} {}", c.column.name(), c.ruled_out))
+            .collect();
+        if !ruled_out.is_empty() {
+            notes.push(format!(
+                "questions whose label got probability 0 (log loss inf): {}",
+                ruled_out.join(", ")
+            ));
+        }
+        if let Some(mass) = group.candidate_mass {
+            notes.push(format!("mean candidate mass {mass:.3}"));
+        }
+        let _ = writeln!(out, "\n{}.\n", notes.join("; "));
+        let stem = figure_stem(&dataset.dataset, group.question_type);
+        if group.columns.iter().any(|c| c.reliability.is_some()) {
+            let _ = writeln!(
+                out,
+                "![reliability diagram](figures/{stem}-reliability.svg) \
+                 ![confidence histogram](figures/{stem}-confidence.svg)\n"
+            );
+        }
+    }
+}
+
+fn row(column: &ColumnMetrics, temperature: Option<f64>, score: bool, soft: bool) -> String {
+    let name = match (column.column, temperature) {
+        (crate::summary::Column::Calibrated, Some(t)) => format!("calibrated (T = {t:.3})"),
+        (c, _) => c.name().to_owned(),
+    };
+    let mut cells = vec![
+        name,
+        cell(column.accuracy),
+        cell(column.macro_f1),
+        cell(column.ece),
+        cell(column.brier),
+        cell(column.log_loss),
+        cell(column.coverage_at_5pct_error),
+        cell(column.flip_rate),
+    ];
+    if score {
+        cells.push(cell(column.mean_absolute_error));
+    }
+    if soft {
+        cells.push(cell(column.kl_divergence));
+    }
+    format!("| {} |", cells.join(" | "))
+}

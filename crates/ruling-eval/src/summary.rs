@@ -1,0 +1,481 @@
+//! Every figure of a report, computed from result lines: per dataset and question type, each
+//! column's accuracy, macro-F1, ECE with its reliability bins, Brier, log loss, coverage at 5%
+//! error, flip rate, the MAE of the expected level (scores), the KL divergence from soft
+//! targets; per dataset the latency and tokens per request.
+//!
+//! Definitions (every metric comes from `ruling_calibration::metrics`):
+//! - a question counts for the hard metrics when it has a label; its prediction is the argmax
+//!   of the column's distribution (the earliest key on a tie), its confidence the largest
+//!   probability (for a score too: the engine's entropy-based score confidence is not what a
+//!   reliability diagram of the argmax level measures);
+//! - ECE: [`ECE_BINS`] equal-width confidence bins, answer-weighted mean |accuracy - mean
+//!   confidence|; Brier: `sum_k (p_k - y_k)^2` over every answer key (0 to 2); log loss:
+//!   `-ln p(label)`, `inf` when the label got probability 0;
+//! - flip rate: share of questions (with a reversed reading) whose argmax differs between
+//!   the options as given and reversed, mapped back to the same keys;
+//! - KL: `KL(target || p)` in nats over the questions with a soft target, `p` floored at 1e-12.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use ruling_calibration::temperature::FIT_ECE_BINS;
+use ruling_calibration::{
+    AnswerType, ReliabilityDiagram, Temperatures, accuracy, brier_score, coverage_at_error,
+    expected_level, flip_rate, log_loss, macro_f1, mean_absolute_error, mean_kl_divergence,
+    reliability_diagram,
+};
+use serde::{Serialize, Serializer};
+
+use crate::derive::{Dist, argmax, log_scores, scaled};
+use crate::results::{QuestionResult, ResultLine};
+
+/// Confidence bins of the ECE and the reliability diagram: the calibration crate's fitting
+/// reports its ECE with the same bins, so the two agree.
+pub const ECE_BINS: usize = FIT_ECE_BINS;
+/// The error rate coverage is reported at.
+pub const COVERAGE_ERROR: f64 = 0.05;
+
+/// The four ways of reading one traced question, side by side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Column {
+    Raw,
+    PriorCorrected,
+    Rotated,
+    Calibrated,
+    /// The engine's own answer (what the run's settings return); compare uses it.
+    Answer,
+}
+
+impl Column {
+    pub const SIDE_BY_SIDE: [Column; 4] = [
+        Column::Raw,
+        Column::PriorCorrected,
+        Column::Rotated,
+        Column::Calibrated,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Column::Raw => "raw",
+            Column::PriorCorrected => "prior-corrected",
+            Column::Rotated => "rotated",
+            Column::Calibrated => "calibrated",
+            Column::Answer => "answer",
+        }
+    }
+
+    pub fn parse(given: &str) -> Option<Column> {
+        [
+            Column::Raw,
+            Column::PriorCorrected,
+            Column::Rotated,
+            Column::Calibrated,
+            Column::Answer,
+        ]
+        .into_iter()
+        .find(|c| c.name() == given)
+    }
+
+    /// The question's distribution under this column; `None` where the run cannot give it
+    /// (no prior, no temperatures).
+    pub fn dist(self, q: &QuestionResult, temperatures: Option<&Temperatures>) -> Option<Dist> {
+        match self {
+            Column::Raw => Some(q.raw.clone()),
+            Column::PriorCorrected => q.prior.clone(),
+            Column::Rotated => Some(q.rotated.clone()),
+            Column::Calibrated => {
+                let t = temperatures?.get(q.kind);
+                let keys: Vec<String> = q.rotated.keys().cloned().collect();
+                scaled(&keys, &log_scores(&q.rotated), t).ok()
+            }
+            Column::Answer => Some(q.answer.clone()),
+        }
+    }
+
+    /// The reversed reading under this column. A temperature never moves an argmax, so the
+    /// calibrated column flips exactly when the rotated one does.
+    fn reversed(self, q: &QuestionResult) -> Option<Dist> {
+        let reversed = q.reversed.as_ref()?;
+        match self {
+            Column::Raw => Some(reversed.raw.clone()),
+            Column::PriorCorrected => reversed.prior.clone(),
+            Column::Rotated | Column::Calibrated => Some(reversed.rotated.clone()),
+            Column::Answer => None,
+        }
+    }
+}
+
+/// Serialises a number, writing `"inf"` for an infinite one (JSON has no infinity).
+fn number<S: Serializer>(value: &Option<f64>, serializer: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(v) if v.is_finite() => serializer.serialize_f64(*v),
+        Some(v) if v.is_infinite() && *v > 0.0 => serializer.serialize_str("inf"),
+        Some(v) if v.is_infinite() => serializer.serialize_str("-inf"),
+        _ => serializer.serialize_none(),
+    }
+}
+
+/// One column's figures over one group of questions.
+#[derive(Debug, Clone, Serialize)]
+pub struct ColumnMetrics {
+    pub column: Column,
+    /// Questions with a label.
+    pub labelled: usize,
+    pub accuracy: Option<f64>,
+    pub macro_f1: Option<f64>,
+    pub ece: Option<f64>,
+    pub brier: Option<f64>,
+    #[serde(serialize_with = "number")]
+    pub log_loss: Option<f64>,
+    /// Labelled questions whose label got probability 0 (log loss `inf`).
+    pub ruled_out: usize,
+    pub coverage_at_5pct_error: Option<f64>,
+    pub flip_rate: Option<f64>,
+    /// Questions the flip rate is over.
+    pub flip_items: usize,
+    /// Scores only: mean |expected level - label level|.
+    pub mean_absolute_error: Option<f64>,
+    /// Questions with a soft target: mean KL(target || p).
+    pub kl_divergence: Option<f64>,
+    pub soft_items: usize,
+    /// The bins behind the ECE; their counts are the confidence histogram.
+    pub reliability: Option<ReliabilityDiagram>,
+}
+
+/// One question type of one dataset.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupSummary {
+    pub question_type: AnswerType,
+    pub questions: usize,
+    pub labelled: usize,
+    pub soft_targets: usize,
+    /// Questions asked in two stages (more options than answer codes).
+    pub two_stage: usize,
+    /// Mean candidate mass over every traced order.
+    pub candidate_mass: Option<f64>,
+    /// The temperature of the calibrated column, when there is one.
+    pub temperature: Option<f64>,
+    /// Columns the run can give, in side-by-side order.
+    pub columns: Vec<ColumnMetrics>,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub mean: f64,
+}
+
+/// What the reversal requests cost.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReversalSummary {
+    pub requests: usize,
+    pub latency_ms: Latency,
+    pub input_tokens_per_request: f64,
+}
+
+/// One dataset of a result set.
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetSummary {
+    pub dataset: String,
+    pub split: String,
+    pub records: usize,
+    /// Records the engine refused (over the context, say).
+    pub refused: usize,
+    pub latency_ms: Option<Latency>,
+    pub input_tokens_per_request: Option<f64>,
+    pub output_tokens_per_request: Option<f64>,
+    pub reversal: Option<ReversalSummary>,
+    pub groups: Vec<GroupSummary>,
+}
+
+/// The `q` quantile of `values` (any order), interpolating linearly between the two nearest
+/// order statistics (position `q (n - 1)`, numpy's default). `None` when empty.
+pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let position = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let below = position.floor() as usize;
+    let above = (below + 1).min(sorted.len() - 1);
+    Some(sorted[below] + (position - below as f64) * (sorted[above] - sorted[below]))
+}
+
+fn latency(values: &[f64]) -> Option<Latency> {
+    Some(Latency {
+        p50: quantile(values, 0.5)?,
+        p99: quantile(values, 0.99)?,
+        mean: values.iter().sum::<f64>() / values.len() as f64,
+    })
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// Summarises one dataset's lines; `temperatures` make the calibrated column.
+pub fn summarise(
+    dataset: &str,
+    split: &str,
+    lines: &[ResultLine],
+    temperatures: Option<&Temperatures>,
+) -> anyhow::Result<DatasetSummary> {
+    let answered: Vec<&ResultLine> = lines.iter().filter(|l| l.error.is_none()).collect();
+    let latencies: Vec<f64> = answered.iter().map(|l| l.latency_ms).collect();
+    let reversal: Vec<_> = answered.iter().filter_map(|l| l.reversal).collect();
+    let mut by_type: BTreeMap<AnswerType, Vec<&QuestionResult>> = BTreeMap::new();
+    for line in &answered {
+        for question in line.questions.values() {
+            by_type.entry(question.kind).or_default().push(question);
+        }
+    }
+    let groups = by_type
+        .into_iter()
+        .map(|(kind, questions)| {
+            group(kind, &questions, temperatures)
+                .with_context(|| format!("{dataset}, {kind} questions"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(DatasetSummary {
+        dataset: dataset.to_owned(),
+        split: split.to_owned(),
+        records: lines.len(),
+        refused: lines.len() - answered.len(),
+        latency_ms: latency(&latencies),
+        input_tokens_per_request: mean(answered.iter().map(|l| l.usage.input_tokens as f64)),
+        output_tokens_per_request: mean(answered.iter().map(|l| l.usage.output_tokens as f64)),
+        reversal: latency(&reversal.iter().map(|r| r.latency_ms).collect::<Vec<_>>()).map(
+            |latency_ms| ReversalSummary {
+                requests: reversal.len(),
+                latency_ms,
+                input_tokens_per_request: mean(reversal.iter().map(|r| r.input_tokens as f64))
+                    .unwrap_or(0.0),
+            },
+        ),
+        groups,
+    })
+}
+
+fn group(
+    kind: AnswerType,
+    questions: &[&QuestionResult],
+    temperatures: Option<&Temperatures>,
+) -> anyhow::Result<GroupSummary> {
+    let mut columns = Vec::new();
+    for column in Column::SIDE_BY_SIDE {
+        if let Some(metrics) = column_metrics(column, questions, temperatures)? {
+            columns.push(metrics);
+        }
+    }
+    Ok(GroupSummary {
+        question_type: kind,
+        questions: questions.len(),
+        labelled: questions.iter().filter(|q| q.label.is_some()).count(),
+        soft_targets: questions.iter().filter(|q| q.target.is_some()).count(),
+        two_stage: questions.iter().filter(|q| q.two_stage).count(),
+        candidate_mass: mean(
+            questions
+                .iter()
+                .flat_map(|q| q.candidate_mass.iter().copied()),
+        ),
+        temperature: temperatures.map(|t| t.get(kind)),
+        columns,
+    })
+}
+
+/// One column's metrics over `questions`, or `None` when no question has that column.
+pub fn column_metrics(
+    column: Column,
+    questions: &[&QuestionResult],
+    temperatures: Option<&Temperatures>,
+) -> anyhow::Result<Option<ColumnMetrics>> {
+    let dists: Vec<(&QuestionResult, Dist)> = questions
+        .iter()
+        .filter_map(|q| column.dist(q, temperatures).map(|d| (*q, d)))
+        .collect();
+    if dists.is_empty() {
+        return Ok(None);
+    }
+    let mut predictions = Vec::new();
+    let mut labels = Vec::new();
+    let mut confidences = Vec::new();
+    let mut correct = Vec::new();
+    let mut rows = Vec::new();
+    let mut targets = Vec::new();
+    let mut expected = Vec::new();
+    let mut levels = Vec::new();
+    for (q, dist) in &dists {
+        let Some(label) = &q.label else { continue };
+        let keys: Vec<&String> = dist.keys().collect();
+        let target = keys
+            .iter()
+            .position(|k| *k == label)
+            .with_context(|| format!("label {label:?} is not one of the keys {keys:?}"))?;
+        let best = argmax(dist);
+        predictions.push(keys[best].clone());
+        labels.push(label.clone());
+        confidences.push(dist[best].clamp(0.0, 1.0));
+        correct.push(best == target);
+        let row: Vec<f64> = dist.values().copied().collect();
+        if q.kind == AnswerType::Score {
+            expected.push(expected_level(&row)?);
+            levels.push(target);
+        }
+        rows.push(row);
+        targets.push(target);
+    }
+    let labelled = labels.len();
+    let reliability = if labelled > 0 {
+        Some(reliability_diagram(&confidences, &correct, ECE_BINS)?)
+    } else {
+        None
+    };
+    let hard = |f: &dyn Fn() -> anyhow::Result<f64>| -> anyhow::Result<Option<f64>> {
+        if labelled == 0 {
+            Ok(None)
+        } else {
+            f().map(Some)
+        }
+    };
+
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for (q, dist) in &dists {
+        if let Some(reversed) = column.reversed(q) {
+            first.push(dist.values().copied().collect::<Vec<f64>>());
+            second.push(reversed.values().copied().collect::<Vec<f64>>());
+        }
+    }
+    let (mut soft_rows, mut soft_targets) = (Vec::new(), Vec::new());
+    for (q, dist) in &dists {
+        if let Some(target) = &q.target {
+            soft_rows.push(dist.values().copied().collect::<Vec<f64>>());
+            soft_targets.push(target.values().copied().collect::<Vec<f64>>());
+        }
+    }
+
+    Ok(Some(ColumnMetrics {
+        column,
+        labelled,
+        accuracy: hard(&|| Ok(accuracy(&predictions, &labels)?))?,
+        macro_f1: hard(&|| Ok(macro_f1(&predictions, &labels)?))?,
+        ece: reliability.as_ref().map(|r| r.ece),
+        brier: hard(&|| Ok(brier_score(&rows, &targets)?))?,
+        log_loss: hard(&|| Ok(log_loss(&rows, &targets)?))?,
+        ruled_out: rows
+            .iter()
+            .zip(&targets)
+            .filter(|(row, t)| row[**t] <= 0.0)
+            .count(),
+        coverage_at_5pct_error: hard(&|| {
+            Ok(coverage_at_error(&confidences, &correct, COVERAGE_ERROR)?)
+        })?,
+        flip_rate: if first.is_empty() {
+            None
+        } else {
+            Some(flip_rate(&first, &second)?)
+        },
+        flip_items: first.len(),
+        mean_absolute_error: if levels.is_empty() {
+            None
+        } else {
+            Some(mean_absolute_error(&expected, &levels)?)
+        },
+        kl_divergence: if soft_rows.is_empty() {
+            None
+        } else {
+            Some(mean_kl_divergence(&soft_rows, &soft_targets)?)
+        },
+        soft_items: soft_rows.len(),
+        reliability,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::Reversed;
+
+    fn dist(pairs: &[(&str, f64)]) -> Dist {
+        pairs.iter().map(|(k, p)| ((*k).to_owned(), *p)).collect()
+    }
+
+    fn noul(p_yes: f64, label: &str, reversed_yes: f64) -> QuestionResult {
+        let d = dist(&[("yes", p_yes), ("no", 1.0 - p_yes)]);
+        QuestionResult {
+            kind: AnswerType::Noul,
+            label: Some(label.to_owned()),
+            target: None,
+            temperature: 1.0,
+            rotations: 2,
+            two_stage: false,
+            candidate_mass: vec![0.5, 0.7],
+            answer: d.clone(),
+            raw: d.clone(),
+            prior: None,
+            rotated: d.clone(),
+            calibrated: None,
+            reversed: Some(Reversed {
+                raw: dist(&[("yes", reversed_yes), ("no", 1.0 - reversed_yes)]),
+                prior: None,
+                rotated: d,
+            }),
+        }
+    }
+
+    #[test]
+    fn quantiles_interpolate() {
+        assert_eq!(quantile(&[], 0.5), None);
+        assert_eq!(quantile(&[3.0, 1.0, 2.0, 4.0], 0.5), Some(2.5));
+        assert_eq!(quantile(&[5.0], 0.99), Some(5.0));
+        let p99 = quantile(&(0..=100).map(f64::from).collect::<Vec<_>>(), 0.99).unwrap();
+        assert!((p99 - 99.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn hand_worked_noul_group() {
+        // Three nouls: right at 0.9, wrong at 0.8 (says yes, label no), right at 0.6 (no).
+        // Reversed raw readings: the second flips to no, the others keep their argmax.
+        let questions = [
+            noul(0.9, "yes", 0.7),
+            noul(0.8, "no", 0.3),
+            noul(0.4, "no", 0.2),
+        ];
+        let refs: Vec<&QuestionResult> = questions.iter().collect();
+        let raw = column_metrics(Column::Raw, &refs, None).unwrap().unwrap();
+        assert_eq!(raw.labelled, 3);
+        assert!((raw.accuracy.unwrap() - 2.0 / 3.0).abs() < 1e-12);
+        // Brier: (0.1^2 + 0.1^2) + (0.8^2 + 0.8^2) + (0.4^2 + 0.4^2) = 0.02 + 1.28 + 0.32.
+        assert!((raw.brier.unwrap() - 1.62 / 3.0).abs() < 1e-12);
+        let log_loss = -(0.9f64.ln() + 0.2f64.ln() + 0.6f64.ln()) / 3.0;
+        assert!((raw.log_loss.unwrap() - log_loss).abs() < 1e-12);
+        assert!((raw.flip_rate.unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        // Rotated reads both orders, so it cannot flip.
+        let rotated = column_metrics(Column::Rotated, &refs, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(rotated.flip_rate, Some(0.0));
+        assert!(
+            column_metrics(Column::PriorCorrected, &refs, None)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            column_metrics(Column::Calibrated, &refs, None)
+                .unwrap()
+                .is_none()
+        );
+        // A large temperature flattens every answer toward 0.5 without moving an argmax.
+        let hot = Temperatures::new(50.0, 1.0, 1.0).unwrap();
+        let calibrated = column_metrics(Column::Calibrated, &refs, Some(&hot))
+            .unwrap()
+            .unwrap();
+        assert_eq!(calibrated.accuracy, raw.accuracy);
+        let diagram = calibrated.reliability.unwrap();
+        assert!(diagram.bins[7].count == 3, "{diagram:?}");
+    }
+}

@@ -1,0 +1,743 @@
+//! `ruling-eval run`, `calibrate`, `report` and `compare` end to end, with the built binary
+//! and the generated tiny fixture (random weights: only shapes, bookkeeping and agreement
+//! between derivations are checked, never how good the answers are) on a few rows of the
+//! shared datasets.
+
+use std::collections::HashSet;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use ruling_calibration::Calibration;
+use ruling_core::{Options, Ruling};
+use serde_json::{Value, json};
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace root exists")
+}
+
+fn tiny_llama() -> String {
+    let path = workspace().join("fixtures/generated/tiny-llama.gguf");
+    assert!(
+        path.exists(),
+        "{} is missing; run `cargo xtask fixtures`",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ruling-eval-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The binary with no ruling settings inherited from the environment running the tests.
+fn ruling_eval() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ruling-eval"));
+    for var in [
+        "RULING_MODEL",
+        "RULING_ROTATIONS",
+        "RULING_PRIOR",
+        "RULING_CALIBRATION",
+        "RULING_DTYPE",
+        "RULING_API_KEY",
+        "RULING_DATASETS",
+    ] {
+        command.env_remove(var);
+    }
+    command
+        .env("RULING_CACHE", workspace().join("target/ruling-cache"))
+        .env("RULING_NO_HUB", "1");
+    command
+}
+
+fn succeed(output: Output) -> (String, String) {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "ruling-eval failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    (stdout, stderr)
+}
+
+fn fail(output: Output) -> String {
+    assert!(
+        !output.status.success(),
+        "ruling-eval should have failed:\n{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `ruling-eval run` on the tiny fixture with the given datasets, limit and extra flags.
+fn run(out: &Path, datasets: &str, split: &str, limit: usize, extra: &[&str]) -> Command {
+    let mut command = ruling_eval();
+    command.args([
+        "run",
+        "--model",
+        &tiny_llama(),
+        "--dataset",
+        datasets,
+        "--split",
+        split,
+        "--limit",
+        &limit.to_string(),
+        "--out",
+        &out.display().to_string(),
+    ]);
+    command.args(extra);
+    command
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+fn close(a: &Value, b: &Value, tolerance: f64) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    a.len() == b.len()
+        && a.iter().all(|(k, v)| {
+            b.get(k).is_some_and(|w| match (v.as_f64(), w.as_f64()) {
+                (Some(x), Some(y)) => (x - y).abs() <= tolerance,
+                _ => false,
+            })
+        })
+}
+
+#[test]
+fn run_writes_results_report_and_figures() {
+    let out = scratch("run");
+    let (_, stderr) = succeed(
+        run(
+            &out,
+            "boolq,chaosnli-snli,sst5",
+            "dev",
+            4,
+            &["--rotations", "2", "--prior"],
+        )
+        .output()
+        .unwrap(),
+    );
+    assert!(stderr.contains("boolq: 4/4 records"), "{stderr}");
+
+    for (dataset, kind, keys) in [
+        ("boolq", "noul", vec!["yes", "no"]),
+        (
+            "chaosnli-snli",
+            "choice",
+            vec!["entailment", "neutral", "contradiction"],
+        ),
+        ("sst5", "score", vec!["0", "1", "2", "3", "4"]),
+    ] {
+        let rows = lines(&out.join(format!("results/{dataset}.jsonl")));
+        assert_eq!(rows.len(), 4, "{dataset}");
+        for row in &rows {
+            assert_eq!(row["split"], "dev");
+            assert!(row["latency_ms"].as_f64().unwrap() > 0.0);
+            assert!(row["usage"]["input_tokens"].as_u64().unwrap() > 0);
+            let (_, q) = row["questions"].as_object().unwrap().iter().next().unwrap();
+            assert_eq!(q["type"], kind);
+            assert!(q["label"].is_string(), "{q}");
+            assert_eq!(q["rotations"], 2);
+            for column in ["answer", "raw", "prior", "rotated"] {
+                let got: Vec<&String> = q[column].as_object().unwrap().keys().collect();
+                assert_eq!(got, keys, "{dataset} {column} keys in canonical order");
+            }
+            assert!(q["calibrated"].is_null(), "no calibration given");
+            // Without a calibration the engine's answer is the rotated column.
+            assert!(close(&q["answer"], &q["rotated"], 1e-9), "{q}");
+            assert!(!close(&q["raw"], &q["prior"], 1e-12), "the prior moves raw");
+            for column in ["raw", "prior", "rotated"] {
+                assert!(q["reversed"][column].is_object(), "{dataset}: {q}");
+            }
+            if kind == "noul" {
+                assert!(
+                    close(&q["reversed"]["rotated"], &q["rotated"], 0.0),
+                    "a noul's rotated reading holds both orders"
+                );
+            } else {
+                assert!(row["reversal"]["input_tokens"].as_u64().unwrap() > 0);
+            }
+        }
+        if dataset == "chaosnli-snli" {
+            assert!(rows[0]["questions"]["relation"]["target"].is_object());
+        }
+        for figure in ["reliability", "confidence"] {
+            let path = out.join(format!("figures/{dataset}-{kind}-{figure}.svg"));
+            let svg = std::fs::read_to_string(&path).unwrap();
+            assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+            assert!(svg.contains("prior-corrected"), "{}", path.display());
+        }
+    }
+
+    let markdown = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for needle in [
+        "## boolq (dev)",
+        "## chaosnli-snli (dev)",
+        "## sst5 (dev)",
+        "| column | accuracy | macro-F1 | ECE | Brier | log loss | coverage@5% | flip rate |",
+        "MAE (levels)",
+        "KL (nats)",
+        "| raw |",
+        "| prior-corrected |",
+        "| rotated |",
+        "| calibrated (T = ",
+        "latency p50",
+        "input tokens per request",
+        "in-sample",
+        "figures/boolq-noul-reliability.svg",
+    ] {
+        assert!(markdown.contains(needle), "{needle:?} missing:\n{markdown}");
+    }
+
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["calibration"]["source"], "in-sample");
+    assert_eq!(report["ece_bins"], 15);
+    assert_eq!(report["datasets"].as_array().unwrap().len(), 3);
+    for dataset in report["datasets"].as_array().unwrap() {
+        assert!(dataset["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
+        assert!(dataset["input_tokens_per_request"].as_f64().unwrap() > 0.0);
+        let group = &dataset["groups"][0];
+        let columns = group["columns"].as_array().unwrap();
+        let names: Vec<&str> = columns
+            .iter()
+            .map(|c| c["column"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["raw", "prior-corrected", "rotated", "calibrated"]);
+        for column in columns {
+            for metric in [
+                "accuracy",
+                "macro_f1",
+                "ece",
+                "brier",
+                "log_loss",
+                "coverage_at_5pct_error",
+                "flip_rate",
+            ] {
+                assert!(column[metric].is_number(), "{metric}: {column}");
+            }
+            assert_eq!(column["reliability"]["bins"].as_array().unwrap().len(), 15);
+            assert_eq!(column["flip_items"], 4);
+        }
+        match group["question_type"].as_str().unwrap() {
+            "score" => assert!(columns[0]["mean_absolute_error"].is_number()),
+            "choice" => assert!(columns[0]["kl_divergence"].is_number()),
+            _ => assert!(columns[0]["kl_divergence"].is_null()),
+        }
+    }
+
+    // `report` rewrites the same files from the results alone.
+    std::fs::remove_file(out.join("report.md")).unwrap();
+    succeed(
+        ruling_eval()
+            .args(["report", "--results", &out.display().to_string()])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("report.md")).unwrap(),
+        markdown
+    );
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn a_killed_run_resumes_without_duplicates() {
+    let out = scratch("resume");
+    let file = out.join("results/boolq.jsonl");
+    succeed(run(&out, "boolq", "dev", 4, &[]).output().unwrap());
+    let first: Vec<String> = lines(&file)
+        .iter()
+        .map(|l| l["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(first.len(), 4);
+
+    // What a kill mid-write leaves: half of a line, no newline.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let last = text.lines().last().unwrap();
+    let mut cut = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    cut.write_all(&last.as_bytes()[..last.len() / 2]).unwrap();
+    drop(cut);
+
+    // Reading it (report) ignores the cut line and leaves the file alone.
+    let (_, stderr) = succeed(
+        ruling_eval()
+            .args(["report", "--results", &out.display().to_string()])
+            .output()
+            .unwrap(),
+    );
+    assert!(stderr.contains("unterminated last line"), "{stderr}");
+
+    let (_, stderr) = succeed(run(&out, "boolq", "dev", 8, &[]).output().unwrap());
+    assert!(
+        stderr.contains("dropped an unterminated last line"),
+        "{stderr}"
+    );
+    let rows = lines(&file);
+    assert_eq!(rows.len(), 8, "4 kept, 4 added, the cut line dropped");
+    let ids: HashSet<&str> = rows.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 8, "no record twice");
+    assert!(
+        first.iter().all(|id| ids.contains(id.as_str())),
+        "the sample nests"
+    );
+
+    // Nothing left to do: a rerun appends nothing.
+    let (_, stderr) = succeed(run(&out, "boolq", "dev", 8, &[]).output().unwrap());
+    assert!(stderr.contains("all 8 records already done"), "{stderr}");
+    assert_eq!(lines(&file).len(), 8);
+
+    // Other settings into the same directory are refused rather than mixed in.
+    let stderr = fail(
+        run(&out, "boolq", "dev", 8, &["--rotations", "2"])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        stderr.contains("holds results of another run (rotations"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn a_run_killed_for_real_resumes_to_the_full_sample() {
+    let out = scratch("kill");
+    let file = out.join("results/boolq.jsonl");
+    let mut child = run(&out, "boolq", "dev", 40, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it once a few lines are written (or let it finish, if it is faster than the poll).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let written = std::fs::read_to_string(&file).map_or(0, |t| t.lines().count());
+        if written >= 3 || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no progress");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().ok();
+    child.wait().unwrap();
+    succeed(run(&out, "boolq", "dev", 40, &[]).output().unwrap());
+    let rows = lines(&file);
+    let ids: HashSet<&str> = rows.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    assert_eq!((rows.len(), ids.len()), (40, 40));
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
+    let dir = scratch("calibrate");
+    let dev = dir.join("dev");
+    succeed(
+        run(
+            &dev,
+            "boolq,sst5,chaosnli-snli",
+            "dev",
+            6,
+            &["--rotations", "2"],
+        )
+        .output()
+        .unwrap(),
+    );
+    let file = dir.join("calibration.json");
+    let (_, stderr) = succeed(
+        ruling_eval()
+            .args([
+                "calibrate",
+                "--results",
+                &dev.display().to_string(),
+                "--out",
+                &file.display().to_string(),
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(stderr.contains("noul: temperature"), "{stderr}");
+    let calibration = Calibration::load(&file).unwrap();
+    assert_eq!(calibration.provenance.model_id, "tiny-llama.gguf");
+    assert_eq!(calibration.provenance.rotations, 2);
+    assert!(!calibration.provenance.prior);
+    assert!(calibration.created.is_some());
+    let fitted = calibration.fitted.as_ref().unwrap();
+    assert_eq!(fitted.per_type.len(), 3, "{fitted:?}");
+
+    // The engine takes it: the provenance is the one it computes itself.
+    let options = Options {
+        rotations: 2,
+        calibration: Some(file.clone()),
+        ..Options::default()
+    };
+    Ruling::load(&tiny_llama(), &options).expect("the calibration fits this engine");
+    let refused = Ruling::load(
+        &tiny_llama(),
+        &Options {
+            calibration: Some(file.clone()),
+            ..Options::default()
+        },
+    );
+    assert!(
+        refused.is_err(),
+        "one rotation is not what it was fitted for"
+    );
+
+    // A run with it: the engine's answer is the calibrated column.
+    let calibrated = dir.join("calibrated");
+    succeed(
+        run(
+            &calibrated,
+            "boolq",
+            "dev",
+            3,
+            &[
+                "--rotations",
+                "2",
+                "--calibration",
+                &file.display().to_string(),
+            ],
+        )
+        .output()
+        .unwrap(),
+    );
+    for row in lines(&calibrated.join("results/boolq.jsonl")) {
+        let q = &row["questions"]["answer"];
+        assert!(close(&q["answer"], &q["calibrated"], 1e-9), "{q}");
+        let t = q["temperature"].as_f64().unwrap();
+        assert!(
+            (t - calibration
+                .temperatures
+                .get(ruling_calibration::AnswerType::Noul))
+            .abs()
+                < 1e-12
+        );
+    }
+    let markdown = std::fs::read_to_string(calibrated.join("report.md")).unwrap();
+    assert!(markdown.contains("the run's own calibration"), "{markdown}");
+
+    // Held-out results never fit a temperature, but a dev calibration may be reported on them.
+    let held_out = dir.join("held-out");
+    succeed(
+        run(&held_out, "boolq", "held-out", 3, &["--rotations", "2"])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        lines(&held_out.join("results/boolq.jsonl"))
+            .iter()
+            .all(|l| l["split"] == "held-out")
+    );
+    let stderr = fail(
+        ruling_eval()
+            .args([
+                "calibrate",
+                "--results",
+                &held_out.display().to_string(),
+                "--out",
+                &dir.join("never.json").display().to_string(),
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(stderr.contains("held-out results"), "{stderr}");
+    assert!(!dir.join("never.json").exists());
+    let markdown = std::fs::read_to_string(held_out.join("report.md")).unwrap();
+    assert!(
+        markdown.contains("held-out rows never fit a temperature"),
+        "{markdown}"
+    );
+    assert!(!markdown.contains("| calibrated"), "{markdown}");
+    succeed(
+        ruling_eval()
+            .args([
+                "report",
+                "--results",
+                &held_out.display().to_string(),
+                "--calibration",
+                &file.display().to_string(),
+            ])
+            .output()
+            .unwrap(),
+    );
+    let markdown = std::fs::read_to_string(held_out.join("report.md")).unwrap();
+    assert!(markdown.contains("| calibrated (T = "), "{markdown}");
+    // A calibration fitted for other settings is refused by report too.
+    let one = dir.join("one");
+    succeed(run(&one, "boolq", "dev", 2, &[]).output().unwrap());
+    let stderr = fail(
+        ruling_eval()
+            .args([
+                "report",
+                "--results",
+                &one.display().to_string(),
+                "--calibration",
+                &file.display().to_string(),
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(stderr.contains("rotations"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn compare_prints_paired_intervals() {
+    let dir = scratch("compare");
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    succeed(run(&a, "boolq,sst5", "dev", 6, &[]).output().unwrap());
+    succeed(
+        run(&b, "boolq,sst5", "dev", 6, &["--rotations", "2"])
+            .output()
+            .unwrap(),
+    );
+    let (stdout, _) = succeed(
+        ruling_eval()
+            .args([
+                "compare",
+                &a.display().to_string(),
+                &b.display().to_string(),
+                "--resamples",
+                "2000",
+            ])
+            .output()
+            .unwrap(),
+    );
+    for needle in [
+        "A - B [95% interval]",
+        "| boolq | noul | 6 |",
+        "| sst5 | score | 6 |",
+        "95% paired bootstrap",
+        "rotations 1",
+        "rotations 2",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} missing:\n{stdout}");
+    }
+    let (stdout, _) = succeed(
+        ruling_eval()
+            .args([
+                "compare",
+                &a.display().to_string(),
+                &b.display().to_string(),
+                "--json",
+                "--column",
+                "raw",
+            ])
+            .output()
+            .unwrap(),
+    );
+    let output: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(output["column"], "raw");
+    for c in output["comparisons"].as_array().unwrap() {
+        assert_eq!(c["paired"], 6);
+        // Both runs read the same first order: their raw columns agree item by item.
+        let d = &c["accuracy"]["difference"];
+        assert!(d["estimate"].as_f64().unwrap().abs() < 1e-12, "{c}");
+        assert!(d["lower"].as_f64().unwrap() <= d["upper"].as_f64().unwrap());
+        assert_eq!(d["level"], 0.95);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A System One server in a thread: the tiny fixture in-process behind a bare HTTP/1.1
+/// handler that requires a bearer key, so `--url` is tested without depending on the server
+/// crate.
+fn serve(key: &'static str, rotations: u32, prior: bool) -> String {
+    let ruling = Ruling::load(
+        &tiny_llama(),
+        &Options {
+            rotations,
+            prior,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let _ = handle(stream, &ruling, key);
+        }
+    });
+    format!("http://{address}")
+}
+
+fn handle(mut stream: TcpStream, ruling: &Ruling, key: &str) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut start = String::new();
+    reader.read_line(&mut start)?;
+    let (mut length, mut authorised) = (0usize, false);
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header)?;
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':').unwrap_or((header, ""));
+        match name.to_ascii_lowercase().as_str() {
+            "content-length" => length = value.trim().parse().unwrap_or(0),
+            "authorization" => authorised = value.trim() == format!("Bearer {key}"),
+            _ => {}
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    let (status, reply) = if !authorised {
+        (
+            "401 Unauthorized",
+            json!({"detail": "a bearer key is required"}),
+        )
+    } else if start.starts_with("GET /v1/models") {
+        (
+            "200 OK",
+            json!({"models": [{"name": ruling.info().model, "description": "tiny", "release_date": "2026-01-01"}]}),
+        )
+    } else if start.starts_with("POST /v1/systemone") {
+        match ruling.evaluate_json(&body) {
+            Ok(response) => ("200 OK", serde_json::to_value(response).unwrap()),
+            Err(e) => (
+                "422 Unprocessable Entity",
+                json!({"detail": [{"loc": ["body"], "msg": e.to_string(), "type": "value_error"}]}),
+            ),
+        }
+    } else {
+        ("404 Not Found", json!({"detail": "not found"}))
+    };
+    let reply = serde_json::to_vec(&reply).unwrap();
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        reply.len()
+    )?;
+    stream.write_all(&reply)?;
+    stream.flush()
+}
+
+#[test]
+fn url_mode_gives_the_in_process_answers() {
+    let dir = scratch("url");
+    let url = serve("sesame", 2, true);
+    let (local, remote) = (dir.join("local"), dir.join("remote"));
+    let datasets = "boolq,chaosnli-snli,sst5";
+    let settings = ["--rotations", "2", "--prior"];
+    succeed(run(&local, datasets, "dev", 3, &settings).output().unwrap());
+    let mut command = ruling_eval();
+    command.args([
+        "run",
+        "--url",
+        &url,
+        "--api-key",
+        "sesame",
+        "--dataset",
+        datasets,
+        "--split",
+        "dev",
+        "--limit",
+        "3",
+        "--out",
+        &remote.display().to_string(),
+    ]);
+    command.args(settings);
+    succeed(command.output().unwrap());
+
+    let manifest = |dir: &Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()
+    };
+    assert_eq!(manifest(&remote)["mode"], "http");
+    assert_eq!(
+        manifest(&remote)["provenance"],
+        manifest(&local)["provenance"],
+        "a calibration fitted on either fits the same engine"
+    );
+    for dataset in datasets.split(',') {
+        let path = format!("results/{dataset}.jsonl");
+        let (a, b) = (lines(&local.join(&path)), lines(&remote.join(&path)));
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x["id"], y["id"]);
+            assert_eq!(x["usage"], y["usage"]);
+            for (id, q) in x["questions"].as_object().unwrap() {
+                let r = &y["questions"][id];
+                for column in ["answer", "raw", "prior", "rotated"] {
+                    assert!(close(&q[column], &r[column], 1e-9), "{dataset} {column}");
+                }
+                for column in ["raw", "prior", "rotated"] {
+                    assert!(close(&q["reversed"][column], &r["reversed"][column], 1e-9));
+                }
+            }
+        }
+    }
+
+    // A wrong key stops the run with the server's answer.
+    let stderr = fail(
+        ruling_eval()
+            .args([
+                "run",
+                "--url",
+                &url,
+                "--api-key",
+                "wrong",
+                "--dataset",
+                "boolq",
+                "--split",
+                "dev",
+                "--limit",
+                "1",
+                "--out",
+                &dir.join("denied").display().to_string(),
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(stderr.contains("401"), "{stderr}");
+    // Settings that are not the server's are caught in its traces.
+    let stderr = fail(
+        ruling_eval()
+            .args([
+                "run",
+                "--url",
+                &url,
+                "--api-key",
+                "sesame",
+                "--dataset",
+                "boolq",
+                "--split",
+                "dev",
+                "--limit",
+                "1",
+                "--rotations",
+                "2",
+                "--out",
+                &dir.join("mismatch").display().to_string(),
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        stderr.contains("this run says --prior is false"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
