@@ -4,14 +4,13 @@
 //! shared datasets.
 
 use std::collections::HashSet;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use ruling_calibration::Calibration;
 use ruling_core::{Options, Ruling};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -559,80 +558,40 @@ fn compare_prints_paired_intervals() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// A System One server in a thread: the tiny fixture in-process behind a bare HTTP/1.1
-/// handler that requires a bearer key, so `--url` is tested without depending on the server
-/// crate.
+/// `ruling-serve` itself, on a thread of its own with its own runtime, serving the tiny
+/// fixture with a bearer key; returns its base URL once it is ready.
 fn serve(key: &'static str, rotations: u32, prior: bool) -> String {
-    let ruling = Ruling::load(
-        &tiny_llama(),
-        &Options {
+    let loader = ruling_serve::Loader::from_spec(
+        tiny_llama(),
+        Options {
             rotations,
             prior,
             ..Options::default()
         },
-    )
-    .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            let _ = handle(stream, &ruling, key);
-        }
-    });
-    format!("http://{address}")
-}
-
-fn handle(mut stream: TcpStream, ruling: &Ruling, key: &str) -> std::io::Result<()> {
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut start = String::new();
-    reader.read_line(&mut start)?;
-    let (mut length, mut authorised) = (0usize, false);
-    loop {
-        let mut header = String::new();
-        reader.read_line(&mut header)?;
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        let (name, value) = header.split_once(':').unwrap_or((header, ""));
-        match name.to_ascii_lowercase().as_str() {
-            "content-length" => length = value.trim().parse().unwrap_or(0),
-            "authorization" => authorised = value.trim() == format!("Bearer {key}"),
-            _ => {}
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
-    let (status, reply) = if !authorised {
-        (
-            "401 Unauthorized",
-            json!({"detail": "a bearer key is required"}),
-        )
-    } else if start.starts_with("GET /v1/models") {
-        (
-            "200 OK",
-            json!({"models": [{"name": ruling.info().model, "description": "tiny", "release_date": "2026-01-01"}]}),
-        )
-    } else if start.starts_with("POST /v1/systemone") {
-        match ruling.evaluate_json(&body) {
-            Ok(response) => ("200 OK", serde_json::to_value(response).unwrap()),
-            Err(e) => (
-                "422 Unprocessable Entity",
-                json!({"detail": [{"loc": ["body"], "msg": e.to_string(), "type": "value_error"}]}),
-            ),
-        }
-    } else {
-        ("404 Not Found", json!({"detail": "not found"}))
+    );
+    let config = ruling_serve::Config {
+        api_key: ruling_serve::ApiKey::new(key),
+        ..ruling_serve::Config::default()
     };
-    let reply = serde_json::to_vec(&reply).unwrap();
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        reply.len()
-    )?;
-    stream.write_all(&reply)?;
-    stream.flush()
+    let (sender, address) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            sender.send(listener.local_addr().unwrap()).unwrap();
+            ruling_serve::serve(config, listener, loader, std::future::pending::<()>())
+                .await
+                .unwrap();
+        });
+    });
+    let base = format!("http://{}", address.recv().unwrap());
+    for _ in 0..600 {
+        if ureq::get(&format!("{base}/health")).call().is_ok() {
+            return base;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("ruling-serve did not become ready in 30 s");
 }
 
 #[test]
