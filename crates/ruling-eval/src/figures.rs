@@ -40,7 +40,7 @@ pub fn reliability(title: &str, columns: &[(&str, &ReliabilityDiagram)]) -> anyh
             .configure_mesh()
             .x_desc("confidence (largest probability)")
             .y_desc("accuracy")
-            .light_line_style(WHITE)
+            .max_light_lines(0)
             .draw()?;
         let grey = RGBColor(150, 150, 150);
         chart
@@ -100,7 +100,7 @@ pub fn confidence(title: &str, columns: &[(&str, &ReliabilityDiagram)]) -> anyho
             .configure_mesh()
             .x_desc("confidence (largest probability)")
             .y_desc("share of answers")
-            .light_line_style(WHITE)
+            .max_light_lines(0)
             .draw()?;
         let n = columns.len().max(1) as f64;
         for (i, (name, diagram)) in columns.iter().enumerate() {
