@@ -3,56 +3,12 @@
 //! test cache.
 
 use std::io::Write as _;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
+mod common;
+
+use common::{ruling_eval, succeed, tiny_llama};
 use ruling_schema::{Answer, SystemOneResponse};
-
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("the workspace root exists")
-}
-
-fn tiny_llama() -> String {
-    let path = workspace().join("fixtures/generated/tiny-llama.gguf");
-    assert!(
-        path.exists(),
-        "{} is missing; run `cargo xtask fixtures`",
-        path.display()
-    );
-    path.display().to_string()
-}
-
-/// The binary with no ruling settings inherited from the environment running the tests.
-fn ruling_eval() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ruling-eval"));
-    for var in [
-        "RULING_MODEL",
-        "RULING_ROTATIONS",
-        "RULING_NO_PRIOR",
-        "RULING_CALIBRATION",
-        "RULING_DTYPE",
-    ] {
-        command.env_remove(var);
-    }
-    command
-        .env("RULING_CACHE", workspace().join("target/ruling-cache"))
-        .env("RULING_NO_HUB", "1");
-    command
-}
-
-fn succeed(output: Output) -> String {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "ruling-eval failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
 
 const QUESTIONS: [&str; 3] = [
     "billing=noul:Is this ticket about billing?",
@@ -107,7 +63,8 @@ fn tiny_fixture_json_output_is_a_checked_response() {
         )
         .output()
         .unwrap(),
-    );
+    )
+    .0;
     let response = parse_response(&stdout);
     assert!(response.evaluation_trace.is_none());
 }
@@ -127,7 +84,8 @@ fn tiny_fixture_table_names_every_question_and_the_timings() {
         )
         .output()
         .unwrap(),
-    );
+    )
+    .0;
     for needle in [
         "question",
         "billing   noul",
@@ -164,7 +122,8 @@ fn state_from_a_json_file_and_from_stdin_with_trace() {
         )
         .output()
         .unwrap(),
-    );
+    )
+    .0;
     let response = parse_response(&stdout);
     let trace = response.evaluation_trace.expect("--trace asks for a trace");
     assert!(trace["billing"]["rotations"].is_array(), "{trace}");
@@ -181,7 +140,7 @@ fn state_from_a_json_file_and_from_stdin_with_trace() {
         .unwrap()
         .write_all(b"plain text from stdin, not JSON")
         .unwrap();
-    parse_response(&succeed(child.wait_with_output().unwrap()));
+    parse_response(&succeed(child.wait_with_output().unwrap()).0);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -253,7 +212,8 @@ fn smollm2_answers_from_the_test_cache() {
         )
         .output()
         .unwrap(),
-    );
+    )
+    .0;
     let response = parse_response(&stdout);
     assert_eq!(response.model, "smollm2-135m");
 }

@@ -10,24 +10,10 @@ use std::process::{Command, Output};
 
 use ruling_calibration::Calibration;
 use ruling_core::{Options, Ruling};
+mod common;
+
+use common::{ruling_eval, succeed, tiny_llama};
 use serde_json::Value;
-
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("the workspace root exists")
-}
-
-fn tiny_llama() -> String {
-    let path = workspace().join("fixtures/generated/tiny-llama.gguf");
-    assert!(
-        path.exists(),
-        "{} is missing; run `cargo xtask fixtures`",
-        path.display()
-    );
-    path.display().to_string()
-}
 
 /// A fresh scratch directory for one test.
 fn scratch(name: &str) -> PathBuf {
@@ -35,37 +21,6 @@ fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// The binary with no ruling settings inherited from the environment running the tests.
-fn ruling_eval() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ruling-eval"));
-    for var in [
-        "RULING_MODEL",
-        "RULING_ROTATIONS",
-        "RULING_PRIOR",
-        "RULING_CALIBRATION",
-        "RULING_DTYPE",
-        "RULING_API_KEY",
-        "RULING_DATASETS",
-    ] {
-        command.env_remove(var);
-    }
-    command
-        .env("RULING_CACHE", workspace().join("target/ruling-cache"))
-        .env("RULING_NO_HUB", "1");
-    command
-}
-
-fn succeed(output: Output) -> (String, String) {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        output.status.success(),
-        "ruling-eval failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
-    (stdout, stderr)
 }
 
 fn fail(output: Output) -> String {
