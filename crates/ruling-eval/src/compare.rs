@@ -14,8 +14,6 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use rand::{Rng as _, SeedableRng as _};
-use rand_chacha::ChaCha8Rng;
 use ruling_calibration::{
     AnswerType, BootstrapInterval, BootstrapOptions, expected_calibration_error, paired_bootstrap,
 };
@@ -23,7 +21,7 @@ use serde::Serialize;
 
 use crate::derive::argmax;
 use crate::results::{ResultSet, RunManifest};
-use crate::summary::{Column, ECE_BINS, quantile};
+use crate::summary::{Column, ECE_BINS, ece_bootstrap};
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Example:
@@ -168,55 +166,6 @@ pub fn compare_sets(
     Ok(comparisons)
 }
 
-/// The percentile bootstrap interval of `ECE(a) - ECE(b)` over paired items.
-pub fn ece_bootstrap(
-    conf_a: &[f64],
-    right_a: &[bool],
-    conf_b: &[f64],
-    right_b: &[bool],
-    options: &BootstrapOptions,
-) -> anyhow::Result<BootstrapInterval> {
-    let n = conf_a.len();
-    if n == 0 || conf_b.len() != n || right_a.len() != n || right_b.len() != n {
-        bail!("the ECE bootstrap needs the same non-zero number of items on both sides");
-    }
-    let estimate = expected_calibration_error(conf_a, right_a, ECE_BINS)?
-        - expected_calibration_error(conf_b, right_b, ECE_BINS)?;
-    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
-    let mut differences = Vec::with_capacity(options.resamples);
-    let (mut ca, mut ra, mut cb, mut rb) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for _ in 0..options.resamples.max(1) {
-        ca.clear();
-        ra.clear();
-        cb.clear();
-        rb.clear();
-        for _ in 0..n {
-            let i = rng.random_range(0..n);
-            ca.push(conf_a[i]);
-            ra.push(right_a[i]);
-            cb.push(conf_b[i]);
-            rb.push(right_b[i]);
-        }
-        differences.push(
-            expected_calibration_error(&ca, &ra, ECE_BINS)?
-                - expected_calibration_error(&cb, &rb, ECE_BINS)?,
-        );
-    }
-    let tail = (1.0 - options.level) / 2.0;
-    Ok(BootstrapInterval {
-        estimate,
-        lower: quantile(&differences, tail).unwrap_or(estimate),
-        upper: quantile(&differences, 1.0 - tail).unwrap_or(estimate),
-        level: options.level,
-        resamples: options.resamples.max(1),
-    })
-}
-
 fn describe(set: &ResultSet) -> String {
     let m = &set.manifest;
     format!(
@@ -335,37 +284,4 @@ pub fn compare(args: CompareArgs) -> anyhow::Result<()> {
         write!(stdout, "{}", render(&a, &b, column, &options, &rows))?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_ece_bootstrap_of_identical_sides_is_zero_and_seeded() {
-        let conf = [0.9, 0.8, 0.6, 0.55, 0.7, 0.95];
-        let right = [true, false, true, false, true, true];
-        let options = BootstrapOptions {
-            resamples: 500,
-            seed: 3,
-            ..BootstrapOptions::default()
-        };
-        let same = ece_bootstrap(&conf, &right, &conf, &right, &options).unwrap();
-        assert_eq!((same.estimate, same.lower, same.upper), (0.0, 0.0, 0.0));
-        // Always 0.99 sure at 4/6 right (ECE 0.323) against always 0.67 sure (ECE 0.003).
-        let sharper = [0.99; 6];
-        let honest = [0.67; 6];
-        let a = ece_bootstrap(&sharper, &right, &honest, &right, &options).unwrap();
-        assert_eq!(
-            a,
-            ece_bootstrap(&sharper, &right, &honest, &right, &options).unwrap()
-        );
-        assert!((a.estimate - (0.99 - 4.0 / 6.0 - (0.67 - 4.0 / 6.0))).abs() < 1e-12);
-        assert!(a.lower <= a.estimate && a.estimate <= a.upper, "{a:?}");
-        assert!(
-            a.estimate > 0.0,
-            "always 0.99 sure at 4/6 right is the worse calibrated"
-        );
-        assert!(ece_bootstrap(&[], &[], &[], &[], &options).is_err());
-    }
 }

@@ -17,12 +17,14 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
+use rand::{Rng as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng;
 use ruling_calibration::temperature::FIT_ECE_BINS;
 use ruling_calibration::{
-    AnswerType, ReliabilityDiagram, Temperatures, accuracy, brier_score, coverage_at_error,
-    expected_level, flip_rate, log_loss, macro_f1, mean_absolute_error, mean_kl_divergence,
-    reliability_diagram,
+    AnswerType, BootstrapInterval, BootstrapOptions, ReliabilityDiagram, Temperatures, accuracy,
+    brier_score, coverage_at_error, expected_calibration_error, expected_level, flip_rate,
+    log_loss, macro_f1, mean_absolute_error, mean_kl_divergence, reliability_diagram,
 };
 use serde::{Serialize, Serializer};
 
@@ -143,6 +145,20 @@ pub struct ColumnMetrics {
     pub reliability: Option<ReliabilityDiagram>,
 }
 
+/// How much the calibrated column moved the ECE: the difference calibrated minus raw, and
+/// calibrated minus rotated (the column the temperature divides), each with a paired bootstrap
+/// 95% interval over the labelled questions. Negative is better calibrated.
+#[derive(Debug, Clone, Serialize)]
+pub struct CalibrationEffect {
+    /// Labelled questions the differences are over.
+    pub questions: usize,
+    pub raw_ece: f64,
+    pub rotated_ece: f64,
+    pub calibrated_ece: f64,
+    pub versus_raw: BootstrapInterval,
+    pub versus_rotated: BootstrapInterval,
+}
+
 /// One question type of one dataset.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupSummary {
@@ -158,6 +174,8 @@ pub struct GroupSummary {
     pub temperature: Option<f64>,
     /// Columns the run can give, in side-by-side order.
     pub columns: Vec<ColumnMetrics>,
+    /// What the temperature did to the ECE, when there is a calibrated column.
+    pub calibration_effect: Option<CalibrationEffect>,
 }
 
 /// Latency percentiles in milliseconds.
@@ -203,6 +221,55 @@ pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
     let below = position.floor() as usize;
     let above = (below + 1).min(sorted.len() - 1);
     Some(sorted[below] + (position - below as f64) * (sorted[above] - sorted[below]))
+}
+
+/// The percentile bootstrap interval of `ECE(a) - ECE(b)` over paired items.
+pub fn ece_bootstrap(
+    conf_a: &[f64],
+    right_a: &[bool],
+    conf_b: &[f64],
+    right_b: &[bool],
+    options: &BootstrapOptions,
+) -> anyhow::Result<BootstrapInterval> {
+    let n = conf_a.len();
+    if n == 0 || conf_b.len() != n || right_a.len() != n || right_b.len() != n {
+        bail!("the ECE bootstrap needs the same non-zero number of items on both sides");
+    }
+    let estimate = expected_calibration_error(conf_a, right_a, ECE_BINS)?
+        - expected_calibration_error(conf_b, right_b, ECE_BINS)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+    let mut differences = Vec::with_capacity(options.resamples);
+    let (mut ca, mut ra, mut cb, mut rb) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for _ in 0..options.resamples.max(1) {
+        ca.clear();
+        ra.clear();
+        cb.clear();
+        rb.clear();
+        for _ in 0..n {
+            let i = rng.random_range(0..n);
+            ca.push(conf_a[i]);
+            ra.push(right_a[i]);
+            cb.push(conf_b[i]);
+            rb.push(right_b[i]);
+        }
+        differences.push(
+            expected_calibration_error(&ca, &ra, ECE_BINS)?
+                - expected_calibration_error(&cb, &rb, ECE_BINS)?,
+        );
+    }
+    let tail = (1.0 - options.level) / 2.0;
+    Ok(BootstrapInterval {
+        estimate,
+        lower: quantile(&differences, tail).unwrap_or(estimate),
+        upper: quantile(&differences, 1.0 - tail).unwrap_or(estimate),
+        level: options.level,
+        resamples: options.resamples.max(1),
+    })
 }
 
 fn latency(values: &[f64]) -> Option<Latency> {
@@ -285,7 +352,64 @@ fn group(
         ),
         temperature: temperatures.map(|t| t.get(kind)),
         columns,
+        calibration_effect: calibration_effect(questions, temperatures)?,
     })
+}
+
+/// The confidence and rightness of each labelled question under `column`, in question order;
+/// `None` for a question the column cannot read.
+fn readings(
+    column: Column,
+    questions: &[&QuestionResult],
+    temperatures: Option<&Temperatures>,
+) -> Vec<Option<(f64, bool)>> {
+    questions
+        .iter()
+        .map(|q| {
+            let label = q.label.as_ref()?;
+            let dist = column.dist(q, temperatures)?;
+            let best = argmax(&dist);
+            Some((
+                dist[best].clamp(0.0, 1.0),
+                dist.keys().nth(best) == Some(label),
+            ))
+        })
+        .collect()
+}
+
+/// The calibrated column's ECE against the raw and rotated ones on the same questions.
+fn calibration_effect(
+    questions: &[&QuestionResult],
+    temperatures: Option<&Temperatures>,
+) -> anyhow::Result<Option<CalibrationEffect>> {
+    if temperatures.is_none() {
+        return Ok(None);
+    }
+    let raw = readings(Column::Raw, questions, temperatures);
+    let rotated = readings(Column::Rotated, questions, temperatures);
+    let calibrated = readings(Column::Calibrated, questions, temperatures);
+    let mut sides: [(Vec<f64>, Vec<bool>); 3] = Default::default();
+    for ((r, o), c) in raw.iter().zip(&rotated).zip(&calibrated) {
+        if let (Some(r), Some(o), Some(c)) = (r, o, c) {
+            for (side, &(confidence, right)) in sides.iter_mut().zip([r, o, c]) {
+                side.0.push(confidence);
+                side.1.push(right);
+            }
+        }
+    }
+    let [(raw_c, raw_r), (rot_c, rot_r), (cal_c, cal_r)] = &sides;
+    if cal_c.is_empty() {
+        return Ok(None);
+    }
+    let options = BootstrapOptions::default();
+    Ok(Some(CalibrationEffect {
+        questions: cal_c.len(),
+        raw_ece: expected_calibration_error(raw_c, raw_r, ECE_BINS)?,
+        rotated_ece: expected_calibration_error(rot_c, rot_r, ECE_BINS)?,
+        calibrated_ece: expected_calibration_error(cal_c, cal_r, ECE_BINS)?,
+        versus_raw: ece_bootstrap(cal_c, cal_r, raw_c, raw_r, &options)?,
+        versus_rotated: ece_bootstrap(cal_c, cal_r, rot_c, rot_r, &options)?,
+    }))
 }
 
 /// One column's metrics over `questions`, or `None` when no question has that column.
@@ -428,6 +552,34 @@ mod tests {
     }
 
     #[test]
+    fn the_ece_bootstrap_of_identical_sides_is_zero_and_seeded() {
+        let conf = [0.9, 0.8, 0.6, 0.55, 0.7, 0.95];
+        let right = [true, false, true, false, true, true];
+        let options = BootstrapOptions {
+            resamples: 500,
+            seed: 3,
+            ..BootstrapOptions::default()
+        };
+        let same = ece_bootstrap(&conf, &right, &conf, &right, &options).unwrap();
+        assert_eq!((same.estimate, same.lower, same.upper), (0.0, 0.0, 0.0));
+        // Always 0.99 sure at 4/6 right (ECE 0.323) against always 0.67 sure (ECE 0.003).
+        let sharper = [0.99; 6];
+        let honest = [0.67; 6];
+        let a = ece_bootstrap(&sharper, &right, &honest, &right, &options).unwrap();
+        assert_eq!(
+            a,
+            ece_bootstrap(&sharper, &right, &honest, &right, &options).unwrap()
+        );
+        assert!((a.estimate - (0.99 - 4.0 / 6.0 - (0.67 - 4.0 / 6.0))).abs() < 1e-12);
+        assert!(a.lower <= a.estimate && a.estimate <= a.upper, "{a:?}");
+        assert!(
+            a.estimate > 0.0,
+            "always 0.99 sure at 4/6 right is the worse calibrated"
+        );
+        assert!(ece_bootstrap(&[], &[], &[], &[], &options).is_err());
+    }
+
+    #[test]
     fn quantiles_interpolate() {
         assert_eq!(quantile(&[], 0.5), None);
         assert_eq!(quantile(&[3.0, 1.0, 2.0, 4.0], 0.5), Some(2.5));
@@ -477,5 +629,20 @@ mod tests {
         assert_eq!(calibrated.accuracy, raw.accuracy);
         let diagram = calibrated.reliability.unwrap();
         assert!(diagram.bins[7].count == 3, "{diagram:?}");
+        // The group's calibration effect is the difference of those two ECEs.
+        let summary = group(AnswerType::Noul, &refs, Some(&hot)).unwrap();
+        let effect = summary.calibration_effect.unwrap();
+        assert_eq!(effect.questions, 3);
+        assert!((effect.raw_ece - raw.ece.unwrap()).abs() < 1e-12);
+        assert!((effect.calibrated_ece - calibrated.ece.unwrap()).abs() < 1e-12);
+        let difference = calibrated.ece.unwrap() - raw.ece.unwrap();
+        assert!((effect.versus_raw.estimate - difference).abs() < 1e-12);
+        assert!(effect.versus_raw.lower <= difference && difference <= effect.versus_raw.upper);
+        assert!(
+            group(AnswerType::Noul, &refs, None)
+                .unwrap()
+                .calibration_effect
+                .is_none()
+        );
     }
 }

@@ -436,6 +436,33 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
     );
     let markdown = std::fs::read_to_string(held_out.join("report.md")).unwrap();
     assert!(markdown.contains("| calibrated (T = "), "{markdown}");
+    // The report says how much the temperature moved the ECE, with an interval.
+    assert!(
+        markdown.contains("## What calibration did to the ECE"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("calibration moved the ECE from"),
+        "{markdown}"
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(held_out.join("report.json")).unwrap())
+            .unwrap();
+    let group = &report["datasets"][0]["groups"][0];
+    let effect = &group["calibration_effect"];
+    let columns = group["columns"].as_array().unwrap();
+    let ece = |name: &str| {
+        columns.iter().find(|c| c["column"] == name).unwrap()["ece"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((effect["raw_ece"].as_f64().unwrap() - ece("raw")).abs() < 1e-12);
+    assert!((effect["calibrated_ece"].as_f64().unwrap() - ece("calibrated")).abs() < 1e-12);
+    let versus_raw = &effect["versus_raw"];
+    let estimate = versus_raw["estimate"].as_f64().unwrap();
+    assert!((estimate - (ece("calibrated") - ece("raw"))).abs() < 1e-12);
+    assert!(versus_raw["lower"].as_f64().unwrap() <= estimate);
+    assert!(estimate <= versus_raw["upper"].as_f64().unwrap());
     // A calibration fitted for other settings is refused by report too.
     let one = dir.join("one");
     succeed(run(&one, "boolq", "dev", 2, &[]).output().unwrap());
