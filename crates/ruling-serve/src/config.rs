@@ -28,6 +28,11 @@ pub struct Config {
     /// Most questions in one request (422 beyond): bounds validation, planning and the work
     /// one request can hold a worker for.
     pub max_questions: usize,
+    /// A connection that has not sent a whole request head within this long is closed, so
+    /// clients that open connections and trickle bytes cannot hold them forever.
+    pub header_timeout: Duration,
+    /// A request body not received whole within this long of its head is answered 408.
+    pub body_timeout: Duration,
 }
 
 impl Default for Config {
@@ -40,6 +45,8 @@ impl Default for Config {
             timeout: Duration::from_secs(30),
             workers: 1,
             max_questions: 256,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
         }
     }
 }

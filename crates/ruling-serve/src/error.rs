@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | 400 | the body could not be read (broken compression, broken multipart framing) | `{"detail": msg}` |
 //! | 401 | a key is configured and the request lacks it or has another | `{"detail": msg}` |
+//! | 408 | the body did not arrive whole within `--body-timeout` of the request head | `{"detail": msg}` |
 //! | 413 | the body, after decompression, is over `--max-body-bytes` | `{"detail": msg}` |
 //! | 422 | validation, an unknown model name, too many questions, or a capacity refusal | `{"detail": [{"loc", "msg", "type", ...}]}` |
 //! | 429 | the queue is full | `{"detail": msg}`, `retry-after` |
@@ -42,6 +43,8 @@ pub(crate) enum ApiError {
     BadRequest(String),
     /// 401.
     Unauthorized(&'static str),
+    /// 408: the body was still arriving when its time ran out.
+    BodyTimedOut { after: Duration },
     /// 413.
     TooLarge { limit: usize },
     /// 429: no room in the queue.
@@ -69,6 +72,7 @@ impl ApiError {
             Self::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::BodyTimedOut { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Loading { .. } | Self::TimedOut { .. } | Self::ShuttingDown => {
@@ -147,6 +151,14 @@ impl IntoResponse for ApiError {
                 );
                 response
             }
+            Self::BodyTimedOut { after } => message_response(
+                status,
+                format!(
+                    "the request body did not arrive within {:.1} s of the request head \
+                     (--body-timeout); send it whole and retry",
+                    after.as_secs_f64()
+                ),
+            ),
             Self::TooLarge { limit } => message_response(
                 status,
                 format!("the request body is over the limit of {limit} bytes (after decompression)"),

@@ -92,6 +92,12 @@ struct ServeArgs {
     /// Most questions in one request (422 beyond).
     #[arg(long, env = "RULING_MAX_QUESTIONS", default_value_t = Config::default().max_questions)]
     max_questions: usize,
+    /// Seconds a connection has to send a whole request head before it is closed.
+    #[arg(long, env = "RULING_HEADER_TIMEOUT", default_value_t = Config::default().header_timeout.as_secs_f64())]
+    header_timeout: f64,
+    /// Seconds a request has to send its whole body after its head (408 beyond).
+    #[arg(long, env = "RULING_BODY_TIMEOUT", default_value_t = Config::default().body_timeout.as_secs_f64())]
+    body_timeout: f64,
     /// The model cache (default: the platform cache directory + /ruling).
     #[arg(long, env = "RULING_CACHE")]
     cache_dir: Option<PathBuf>,
@@ -136,12 +142,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
 
-    if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        bail!(
-            "--timeout must be a positive number of seconds, got {}",
-            args.timeout
-        );
-    }
+    let seconds = |flag: &str, value: f64| -> anyhow::Result<Duration> {
+        if !(value.is_finite() && value > 0.0 && value < 1e9) {
+            bail!("--{flag} must be a positive number of seconds, got {value}");
+        }
+        Ok(Duration::from_secs_f64(value))
+    };
+    let timeout = seconds("timeout", args.timeout)?;
+    let header_timeout = seconds("header-timeout", args.header_timeout)?;
+    let body_timeout = seconds("body-timeout", args.body_timeout)?;
     let api_key = match args.api_key.as_deref() {
         Some(key) => Some(ApiKey::new(key).context("--api-key (RULING_API_KEY) is empty")?),
         None => None,
@@ -151,9 +160,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         api_key,
         max_body_bytes: args.max_body_bytes,
         queue: args.queue,
-        timeout: Duration::from_secs_f64(args.timeout),
+        timeout,
         workers: args.workers.max(1),
         max_questions: args.max_questions,
+        header_timeout,
+        body_timeout,
     };
     let options = ruling_core::Options {
         rotations: args.rotations,

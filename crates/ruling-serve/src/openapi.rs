@@ -94,6 +94,7 @@ pub fn document() -> Value {
                         "200": ok("Every question answered", &response),
                         "400": error("The body could not be read (broken compression or multipart framing)"),
                         "401": error("An API key is configured and was not sent, or is wrong"),
+                        "408": error("The body did not arrive whole within the server's body timeout"),
                         "413": error("The body, decompressed, is over the server's limit"),
                         "415": error("A content-encoding other than zstd or gzip"),
                         "422": {

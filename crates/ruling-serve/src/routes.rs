@@ -136,7 +136,14 @@ async fn system_one(
     let config = state.config();
     let deadline = started + config.timeout;
     let ready = state.require_ready()?;
-    let bytes = body::read(&headers, body, config.max_body_bytes).await?;
+    let bytes = tokio::time::timeout(
+        config.body_timeout,
+        body::read(&headers, body, config.max_body_bytes),
+    )
+    .await
+    .map_err(|_| ApiError::BodyTimedOut {
+        after: config.body_timeout,
+    })??;
 
     let valid = parse(&headers, bytes, ready.ruling.info().capabilities).await?;
     if !ready.names.iter().any(|n| n == valid.model()) {

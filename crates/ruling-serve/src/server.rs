@@ -2,7 +2,14 @@
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::pin;
+use std::time::Duration;
 
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -35,6 +42,7 @@ pub async fn serve(
     loader: Loader,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let header_timeout = config.header_timeout;
     let state = AppState::new(config, loader.describe());
     let router = app(state.clone());
 
@@ -82,9 +90,7 @@ pub async fn serve(
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "listening");
     }
-    axum::serve(listener, router)
-        .with_graceful_shutdown(stop)
-        .await?;
+    accept(listener, router, header_timeout, stop).await;
 
     // Every connection is closed, so nothing can be admitted any more: drain the queue.
     let draining = state.clone();
@@ -104,6 +110,53 @@ pub async fn serve(
             Ok(())
         }
     }
+}
+
+/// Accept connections and serve each on a task of its own until `stop` resolves; then stop
+/// accepting, let every connection finish the request it is on, and return once all are closed.
+///
+/// This is `axum::serve` with one thing it lacks: a connection that does not send a whole
+/// request head within `header_timeout` (the first, or the next one on a kept-alive
+/// connection) is closed, so slow clients cannot hold connections open without end.
+async fn accept(
+    listener: TcpListener,
+    router: Router,
+    header_timeout: Duration,
+    stop: impl Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut stop = pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of file descriptors and the like: the listener itself is fine, so
+                    // wait a moment rather than spin, as axum::serve does.
+                    tracing::warn!(%error, "accepting a connection failed; retrying in 1 s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .serve_connection(
+                TokioIo::new(stream),
+                TowerToHyperService::new(router.clone()),
+            );
+        let watched = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = watched.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 /// Resolves on SIGINT (Ctrl-C) or, on Unix, SIGTERM.

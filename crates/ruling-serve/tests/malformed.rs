@@ -225,3 +225,75 @@ async fn malformed_bodies_get_clean_client_errors() {
     )
     .await;
 }
+
+/// Read from `stream` until the server closes it or `within` passes; what was read, and
+/// whether it closed.
+async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    within: std::time::Duration,
+) -> (String, bool) {
+    use tokio::io::AsyncReadExt as _;
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let closed = tokio::time::timeout(within, async {
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await
+    .is_ok();
+    (String::from_utf8_lossy(&received).into_owned(), closed)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_clients_are_cut_off() {
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncWriteExt as _;
+
+    let config = Config {
+        header_timeout: Duration::from_millis(500),
+        body_timeout: Duration::from_millis(500),
+        ..Config::default()
+    };
+    let server = TestServer::ready(config, tiny()).await;
+    let address = server.address;
+
+    // Half a request head, then nothing: the connection is closed once the head's time is up.
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let started = Instant::now();
+    stream
+        .write_all(b"POST /v1/systemone HTTP/1.1\r\nHost: ruling\r\n")
+        .await
+        .unwrap();
+    let (_, closed) = read_until_closed(&mut stream, Duration::from_secs(10)).await;
+    let waited = started.elapsed();
+    assert!(closed, "a connection stuck in its head is closed");
+    assert!(
+        waited >= Duration::from_millis(400) && waited < Duration::from_secs(5),
+        "closed after {waited:?}, with a 500 ms header timeout"
+    );
+
+    // A whole head announcing 1,000 bytes, then ten: 408 with a JSON body naming the flag.
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(
+            b"POST /v1/systemone HTTP/1.1\r\nHost: ruling\r\nContent-Type: application/json\r\n\
+              Content-Length: 1000\r\n\r\n{\"model\": ",
+        )
+        .await
+        .unwrap();
+    let (response, _) = read_until_closed(&mut stream, Duration::from_secs(10)).await;
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+    assert!(response.contains("--body-timeout"), "{response}");
+    assert!(response.contains("x-request-id"), "{response}");
+
+    // Neither cost the server anything: a good request is answered, and a kept-alive
+    // connection that sends its requests promptly is served more than once.
+    let good = three_questions("jev-latest", TICKET);
+    for _ in 0..2 {
+        assert_eq!(server.post_json(&good).await.status(), 200);
+    }
+}

@@ -45,6 +45,7 @@ pub fn tiny() -> Loader {
 /// A server running in this process.
 pub struct TestServer {
     pub base: String,
+    pub address: std::net::SocketAddr,
     pub client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServeError>>,
@@ -60,6 +61,7 @@ impl TestServer {
         }));
         Self {
             base: format!("http://{address}"),
+            address,
             client: reqwest::Client::new(),
             stop: Some(stop),
             task,
