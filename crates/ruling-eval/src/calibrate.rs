@@ -2,7 +2,11 @@
 //! written as a calibration file carrying the run's provenance.
 //!
 //! The logits fitted are the rotated column's scores: what the engine divides by its
-//! temperature (after prior subtraction and rotation averaging, with the run's settings). The
+//! temperature (after prior subtraction and rotation averaging, with the run's settings).
+//! `--column raw` fits the raw column instead, the options as given without the prior, which
+//! is what an engine with one rotation and no prior reads (`ruling-serve`'s defaults), and
+//! writes the file for those settings; `--column prior-corrected` likewise for one rotation
+//! with the prior. One traced dev run thus calibrates either way of serving. The
 //! target of a question is its soft target where the dataset has one (the share of human
 //! votes), else its label. A question whose target puts weight on an option the engine ruled
 //! out (a two-stage choice that dropped the right intent) cannot be fitted at any temperature
@@ -18,6 +22,7 @@ use ruling_calibration::{
 
 use crate::derive::log_scores;
 use crate::results::ResultSet;
+use crate::summary::Column;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Example:
@@ -32,6 +37,11 @@ pub struct CalibrateArgs {
     /// The calibration file to write.
     #[arg(long)]
     out: PathBuf,
+    /// Which scores to fit: rotated (the run's own settings), raw (one rotation without the
+    /// prior: ruling-serve's defaults) or prior-corrected (one rotation with the prior). The
+    /// file is written for the settings that column answers with.
+    #[arg(long, default_value = "rotated", value_parser = ["rotated", "raw", "prior-corrected"])]
+    column: String,
 }
 
 /// The fitting samples of a result set, and how many questions could not be fitted.
@@ -40,12 +50,15 @@ pub struct Samples {
     pub skipped: usize,
 }
 
-pub fn samples(set: &ResultSet) -> Samples {
+pub fn samples(set: &ResultSet, column: Column) -> Samples {
     let mut samples = Vec::new();
     let mut skipped = 0;
     for (_, lines) in &set.datasets {
         for question in lines.iter().flat_map(|l| l.questions.values()) {
-            let logits = log_scores(&question.rotated);
+            let Some(scores) = column.dist(question, None) else {
+                continue;
+            };
+            let logits = log_scores(&scores);
             let target = match (&question.target, &question.label) {
                 (Some(target), _) => {
                     let q: Vec<f64> = target.values().copied().collect();
@@ -58,7 +71,7 @@ pub fn samples(set: &ResultSet) -> Samples {
                     }
                     Target::Soft(q)
                 }
-                (None, Some(label)) => match question.rotated.keys().position(|k| k == label) {
+                (None, Some(label)) => match scores.keys().position(|k| k == label) {
                     Some(i) if logits[i].is_finite() => Target::Hard(i),
                     _ => {
                         skipped += 1;
@@ -73,10 +86,23 @@ pub fn samples(set: &ResultSet) -> Samples {
     Samples { samples, skipped }
 }
 
-/// Fits the temperatures of a development result set; refuses held-out results.
+/// Fits the temperatures of a development result set's rotated column; refuses held-out
+/// results.
 pub fn fit(set: &ResultSet) -> anyhow::Result<(TemperatureFit, usize)> {
+    fit_column(set, Column::Rotated)
+}
+
+/// Fits the temperatures of one column (raw, prior-corrected or rotated) of a development
+/// result set; refuses held-out results.
+pub fn fit_column(set: &ResultSet, column: Column) -> anyhow::Result<(TemperatureFit, usize)> {
     refuse_held_out(set)?;
-    let Samples { samples, skipped } = samples(set);
+    if column == Column::PriorCorrected && !set.manifest.provenance.prior {
+        bail!(
+            "{} ran without --prior, so it has no prior-corrected column to fit",
+            set.dir.display()
+        );
+    }
+    let Samples { samples, skipped } = samples(set, column);
     if samples.is_empty() {
         bail!(
             "{} holds no labelled questions to fit a temperature on",
@@ -107,8 +133,13 @@ fn refuse_held_out(set: &ResultSet) -> anyhow::Result<()> {
 
 pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
     let set = ResultSet::read(&args.results)?;
-    let (fit, skipped) = fit(&set)?;
-    let calibration = Calibration::from_fit(set.manifest.provenance.clone(), fit, Some(now()));
+    let column = Column::parse(&args.column)
+        .with_context(|| format!("--column {} is not a column", args.column))?;
+    let (fit, skipped) = fit_column(&set, column)?;
+    let settings = column
+        .settings(&set.manifest.provenance)
+        .context("the engine's answer column has no settings to fit for")?;
+    let calibration = Calibration::from_fit(settings.clone(), fit, Some(now()));
     calibration.save(&args.out)?;
     let mut out = String::new();
     for (kind, result) in &calibration
@@ -134,7 +165,13 @@ pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
         ));
     }
     eprint!("{out}");
-    eprintln!("wrote {}", display(&args.out));
+    eprintln!(
+        "wrote {} (the {} column: for rotations {}, prior {})",
+        display(&args.out),
+        column.name(),
+        settings.rotations,
+        if settings.prior { "on" } else { "off" }
+    );
     Ok(())
 }
 

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::derive::argmax;
 use crate::results::{ResultSet, RunManifest};
-use crate::summary::{Column, ECE_BINS, ece_bootstrap};
+use crate::summary::{Column, ECE_BINS, Scaling, ece_bootstrap};
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Example:
@@ -81,8 +81,12 @@ struct Output<'a> {
 type Answers = HashMap<(String, String), (AnswerType, f64, bool)>;
 
 fn answers(set: &ResultSet, dataset: &str, column: Column) -> anyhow::Result<Answers> {
-    let temperatures = set.manifest.calibration.as_ref().map(|c| c.temperatures);
-    if column == Column::Calibrated && temperatures.is_none() {
+    let scaling = set
+        .manifest
+        .calibration
+        .as_ref()
+        .map(|c| Scaling::rotated(c.temperatures));
+    if column == Column::Calibrated && scaling.is_none() {
         bail!(
             "{} ran without a calibration, so it has no calibrated column to compare",
             set.dir.display()
@@ -95,7 +99,7 @@ fn answers(set: &ResultSet, dataset: &str, column: Column) -> anyhow::Result<Ans
     for line in lines {
         for (question_id, q) in &line.questions {
             let Some(label) = &q.label else { continue };
-            let Some(dist) = column.dist(q, temperatures.as_ref()) else {
+            let Some(dist) = column.dist(q, scaling.as_ref()) else {
                 continue;
             };
             let best = argmax(&dist);

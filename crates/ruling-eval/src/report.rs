@@ -18,7 +18,9 @@ use serde::Serialize;
 
 use crate::figures;
 use crate::results::{ResultSet, RunManifest, write_atomic};
-use crate::summary::{COVERAGE_ERROR, ColumnMetrics, DatasetSummary, ECE_BINS, summarise};
+use crate::summary::{
+    COVERAGE_ERROR, Column, ColumnMetrics, DatasetSummary, ECE_BINS, Scaling, summarise,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
@@ -34,10 +36,13 @@ pub struct ReportArgs {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "source", rename_all = "kebab-case")]
 pub enum CalibrationUsed {
-    /// `report --calibration FILE`.
+    /// `report --calibration FILE`, fitted either for the run's settings (it scales the
+    /// rotated column) or for one rotation with or without the prior (it scales the raw or
+    /// prior-corrected column, which is what the engine answers with those settings).
     File {
         path: String,
         temperatures: Temperatures,
+        scales: Column,
     },
     /// The calibration the run's engine applied.
     Run {
@@ -55,11 +60,19 @@ pub enum CalibrationUsed {
 }
 
 impl CalibrationUsed {
-    pub fn temperatures(&self) -> Option<&Temperatures> {
+    pub fn scaling(&self) -> Option<Scaling> {
         match self {
-            Self::File { temperatures, .. }
-            | Self::Run { temperatures, .. }
-            | Self::InSample { temperatures, .. } => Some(temperatures),
+            Self::File {
+                temperatures,
+                scales,
+                ..
+            } => Some(Scaling {
+                temperatures: *temperatures,
+                base: *scales,
+            }),
+            Self::Run { temperatures, .. } | Self::InSample { temperatures, .. } => {
+                Some(Scaling::rotated(*temperatures))
+            }
             Self::None { .. } => None,
         }
     }
@@ -138,10 +151,11 @@ fn figure_stem(dataset: &str, kind: AnswerType) -> String {
 
 pub fn build(set: &ResultSet, calibration: Option<&Path>) -> anyhow::Result<Report> {
     let used = calibration_used(set, calibration)?;
+    let scaling = used.scaling();
     let datasets = set
         .datasets
         .iter()
-        .map(|(name, lines)| summarise(name, &set.manifest.split, lines, used.temperatures()))
+        .map(|(name, lines)| summarise(name, &set.manifest.split, lines, scaling.as_ref()))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(Report {
         format_version: crate::results::FORMAT_VERSION,
@@ -156,18 +170,29 @@ pub fn build(set: &ResultSet, calibration: Option<&Path>) -> anyhow::Result<Repo
 fn calibration_used(set: &ResultSet, file: Option<&Path>) -> anyhow::Result<CalibrationUsed> {
     if let Some(path) = file {
         let calibration = Calibration::load(path)?;
-        calibration
-            .check(&set.manifest.provenance)
-            .with_context(|| {
-                format!(
-                    "{} was not fitted for the run in {}",
-                    path.display(),
-                    set.dir.display()
-                )
-            })?;
+        let run = &set.manifest.provenance;
+        // The run's own settings first, then the single-order columns its trace also holds.
+        let scales = [Column::Rotated, Column::Raw, Column::PriorCorrected]
+            .into_iter()
+            .filter(|c| *c != Column::PriorCorrected || run.prior)
+            .find(|c| {
+                c.settings(run)
+                    .is_some_and(|settings| calibration.check(&settings).is_ok())
+            });
+        let Some(scales) = scales else {
+            let mismatch = calibration.check(run).err();
+            return Err(anyhow::anyhow!(
+                "{} was not fitted for the run in {}, nor for one rotation of it with or \
+                 without the prior{}",
+                path.display(),
+                set.dir.display(),
+                mismatch.map(|e| format!(": {e}")).unwrap_or_default()
+            ));
+        };
         return Ok(CalibrationUsed::File {
             path: path.display().to_string(),
             temperatures: calibration.temperatures,
+            scales,
         });
     }
     if let Some(run) = &set.manifest.calibration {
@@ -235,10 +260,27 @@ pub fn render(report: &Report) -> String {
         if run.reversal { "on" } else { "off" },
     );
     let calibration = match &report.calibration {
-        CalibrationUsed::File { path, temperatures } => {
+        CalibrationUsed::File {
+            path,
+            temperatures,
+            scales,
+        } => {
             format!(
-                "temperatures from `{path}`: {}",
-                temperatures_text(temperatures)
+                "temperatures from `{path}`: {}{}",
+                temperatures_text(temperatures),
+                match scales {
+                    Column::Rotated => String::new(),
+                    other => format!(
+                        "; fitted for one rotation {} the prior, so they divide the **{}** \
+                         scores (what that engine answers), not the rotated ones",
+                        if *other == Column::Raw {
+                            "without"
+                        } else {
+                            "with"
+                        },
+                        other.name()
+                    ),
+                }
             )
         }
         CalibrationUsed::Run { path, temperatures } => format!(
@@ -387,7 +429,7 @@ fn render_dataset(out: &mut String, dataset: &DatasetSummary) {
         for column in &group.columns {
             let _ = writeln!(out, "{}", row(column, group.temperature, score, soft));
         }
-        let missing: Vec<&str> = crate::summary::Column::SIDE_BY_SIDE
+        let missing: Vec<&str> = Column::SIDE_BY_SIDE
             .iter()
             .filter(|c| !group.columns.iter().any(|m| m.column == **c))
             .map(|c| c.name())
@@ -445,7 +487,7 @@ fn render_dataset(out: &mut String, dataset: &DatasetSummary) {
 
 fn row(column: &ColumnMetrics, temperature: Option<f64>, score: bool, soft: bool) -> String {
     let name = match (column.column, temperature) {
-        (crate::summary::Column::Calibrated, Some(t)) => format!("calibrated (T = {t:.3})"),
+        (Column::Calibrated, Some(t)) => format!("calibrated (T = {t:.3})"),
         (c, _) => c.name().to_owned(),
     };
     let mut cells = vec![

@@ -22,9 +22,9 @@ use rand::{Rng as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
 use ruling_calibration::temperature::FIT_ECE_BINS;
 use ruling_calibration::{
-    AnswerType, BootstrapInterval, BootstrapOptions, ReliabilityDiagram, Temperatures, accuracy,
-    brier_score, coverage_at_error, expected_calibration_error, expected_level, flip_rate,
-    log_loss, macro_f1, mean_absolute_error, mean_kl_divergence, reliability_diagram,
+    AnswerType, BootstrapInterval, BootstrapOptions, Provenance, ReliabilityDiagram, Temperatures,
+    accuracy, brier_score, coverage_at_error, expected_calibration_error, expected_level,
+    flip_rate, log_loss, macro_f1, mean_absolute_error, mean_kl_divergence, reliability_diagram,
 };
 use serde::{Serialize, Serializer};
 
@@ -36,6 +36,25 @@ use crate::results::{QuestionResult, ResultLine};
 pub const ECE_BINS: usize = FIT_ECE_BINS;
 /// The error rate coverage is reported at.
 pub const COVERAGE_ERROR: f64 = 0.05;
+
+/// What makes the calibrated column: temperatures, and the column whose scores they divide
+/// (the rotated one for a calibration fitted for the run's own settings; the raw one for a
+/// calibration fitted for one rotation without the prior, as `ruling-serve` runs by default).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scaling {
+    pub temperatures: Temperatures,
+    pub base: Column,
+}
+
+impl Scaling {
+    /// Temperatures for the rotated scores, as the engine applies them.
+    pub fn rotated(temperatures: Temperatures) -> Self {
+        Self {
+            temperatures,
+            base: Column::Rotated,
+        }
+    }
+}
 
 /// The four ways of reading one traced question, side by side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -79,30 +98,49 @@ impl Column {
         .find(|c| c.name() == given)
     }
 
+    /// The settings under which the engine answers as this column reads, given the run's
+    /// own: raw is one rotation without the prior, prior-corrected one rotation with it,
+    /// rotated (and calibrated) the run's settings. `None` for the engine's answer.
+    pub fn settings(self, run: &Provenance) -> Option<Provenance> {
+        let (rotations, prior) = match self {
+            Column::Raw => (1, false),
+            Column::PriorCorrected => (1, true),
+            Column::Rotated | Column::Calibrated => (run.rotations, run.prior),
+            Column::Answer => return None,
+        };
+        Some(Provenance {
+            rotations,
+            prior,
+            ..run.clone()
+        })
+    }
+
     /// The question's distribution under this column; `None` where the run cannot give it
     /// (no prior, no temperatures).
-    pub fn dist(self, q: &QuestionResult, temperatures: Option<&Temperatures>) -> Option<Dist> {
+    pub fn dist(self, q: &QuestionResult, scaling: Option<&Scaling>) -> Option<Dist> {
         match self {
             Column::Raw => Some(q.raw.clone()),
             Column::PriorCorrected => q.prior.clone(),
             Column::Rotated => Some(q.rotated.clone()),
             Column::Calibrated => {
-                let t = temperatures?.get(q.kind);
-                let keys: Vec<String> = q.rotated.keys().cloned().collect();
-                scaled(&keys, &log_scores(&q.rotated), t).ok()
+                let scaling = scaling?;
+                let base = scaling.base.dist(q, None)?;
+                let keys: Vec<String> = base.keys().cloned().collect();
+                scaled(&keys, &log_scores(&base), scaling.temperatures.get(q.kind)).ok()
             }
             Column::Answer => Some(q.answer.clone()),
         }
     }
 
     /// The reversed reading under this column. A temperature never moves an argmax, so the
-    /// calibrated column flips exactly when the rotated one does.
-    fn reversed(self, q: &QuestionResult) -> Option<Dist> {
+    /// calibrated column flips exactly when the column it scales does.
+    fn reversed(self, q: &QuestionResult, scaling: Option<&Scaling>) -> Option<Dist> {
         let reversed = q.reversed.as_ref()?;
         match self {
             Column::Raw => Some(reversed.raw.clone()),
             Column::PriorCorrected => reversed.prior.clone(),
-            Column::Rotated | Column::Calibrated => Some(reversed.rotated.clone()),
+            Column::Rotated => Some(reversed.rotated.clone()),
+            Column::Calibrated => scaling?.base.reversed(q, None),
             Column::Answer => None,
         }
     }
@@ -285,12 +323,12 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     (n > 0).then(|| sum / n as f64)
 }
 
-/// Summarises one dataset's lines; `temperatures` make the calibrated column.
+/// Summarises one dataset's lines; `scaling` makes the calibrated column.
 pub fn summarise(
     dataset: &str,
     split: &str,
     lines: &[ResultLine],
-    temperatures: Option<&Temperatures>,
+    scaling: Option<&Scaling>,
 ) -> anyhow::Result<DatasetSummary> {
     let answered: Vec<&ResultLine> = lines.iter().filter(|l| l.error.is_none()).collect();
     let latencies: Vec<f64> = answered.iter().map(|l| l.latency_ms).collect();
@@ -304,8 +342,7 @@ pub fn summarise(
     let groups = by_type
         .into_iter()
         .map(|(kind, questions)| {
-            group(kind, &questions, temperatures)
-                .with_context(|| format!("{dataset}, {kind} questions"))
+            group(kind, &questions, scaling).with_context(|| format!("{dataset}, {kind} questions"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(DatasetSummary {
@@ -331,11 +368,11 @@ pub fn summarise(
 fn group(
     kind: AnswerType,
     questions: &[&QuestionResult],
-    temperatures: Option<&Temperatures>,
+    scaling: Option<&Scaling>,
 ) -> anyhow::Result<GroupSummary> {
     let mut columns = Vec::new();
     for column in Column::SIDE_BY_SIDE {
-        if let Some(metrics) = column_metrics(column, questions, temperatures)? {
+        if let Some(metrics) = column_metrics(column, questions, scaling)? {
             columns.push(metrics);
         }
     }
@@ -350,9 +387,9 @@ fn group(
                 .iter()
                 .flat_map(|q| q.candidate_mass.iter().copied()),
         ),
-        temperature: temperatures.map(|t| t.get(kind)),
+        temperature: scaling.map(|s| s.temperatures.get(kind)),
         columns,
-        calibration_effect: calibration_effect(questions, temperatures)?,
+        calibration_effect: calibration_effect(questions, scaling)?,
     })
 }
 
@@ -361,13 +398,13 @@ fn group(
 fn readings(
     column: Column,
     questions: &[&QuestionResult],
-    temperatures: Option<&Temperatures>,
+    scaling: Option<&Scaling>,
 ) -> Vec<Option<(f64, bool)>> {
     questions
         .iter()
         .map(|q| {
             let label = q.label.as_ref()?;
-            let dist = column.dist(q, temperatures)?;
+            let dist = column.dist(q, scaling)?;
             let best = argmax(&dist);
             Some((
                 dist[best].clamp(0.0, 1.0),
@@ -380,14 +417,14 @@ fn readings(
 /// The calibrated column's ECE against the raw and rotated ones on the same questions.
 fn calibration_effect(
     questions: &[&QuestionResult],
-    temperatures: Option<&Temperatures>,
+    scaling: Option<&Scaling>,
 ) -> anyhow::Result<Option<CalibrationEffect>> {
-    if temperatures.is_none() {
+    if scaling.is_none() {
         return Ok(None);
     }
-    let raw = readings(Column::Raw, questions, temperatures);
-    let rotated = readings(Column::Rotated, questions, temperatures);
-    let calibrated = readings(Column::Calibrated, questions, temperatures);
+    let raw = readings(Column::Raw, questions, scaling);
+    let rotated = readings(Column::Rotated, questions, scaling);
+    let calibrated = readings(Column::Calibrated, questions, scaling);
     let mut sides: [(Vec<f64>, Vec<bool>); 3] = Default::default();
     for ((r, o), c) in raw.iter().zip(&rotated).zip(&calibrated) {
         if let (Some(r), Some(o), Some(c)) = (r, o, c) {
@@ -416,11 +453,11 @@ fn calibration_effect(
 pub fn column_metrics(
     column: Column,
     questions: &[&QuestionResult],
-    temperatures: Option<&Temperatures>,
+    scaling: Option<&Scaling>,
 ) -> anyhow::Result<Option<ColumnMetrics>> {
     let dists: Vec<(&QuestionResult, Dist)> = questions
         .iter()
-        .filter_map(|q| column.dist(q, temperatures).map(|d| (*q, d)))
+        .filter_map(|q| column.dist(q, scaling).map(|d| (*q, d)))
         .collect();
     if dists.is_empty() {
         return Ok(None);
@@ -469,7 +506,7 @@ pub fn column_metrics(
 
     let (mut first, mut second) = (Vec::new(), Vec::new());
     for (q, dist) in &dists {
-        if let Some(reversed) = column.reversed(q) {
+        if let Some(reversed) = column.reversed(q, scaling) {
             first.push(dist.values().copied().collect::<Vec<f64>>());
             second.push(reversed.values().copied().collect::<Vec<f64>>());
         }
@@ -622,7 +659,7 @@ mod tests {
                 .is_none()
         );
         // A large temperature flattens every answer toward 0.5 without moving an argmax.
-        let hot = Temperatures::new(50.0, 1.0, 1.0).unwrap();
+        let hot = Scaling::rotated(Temperatures::new(50.0, 1.0, 1.0).unwrap());
         let calibrated = column_metrics(Column::Calibrated, &refs, Some(&hot))
             .unwrap()
             .unwrap();
@@ -644,5 +681,21 @@ mod tests {
                 .calibration_effect
                 .is_none()
         );
+        // Scaling the raw column instead: its argmax and so its flips are the raw column's.
+        let over_raw = Scaling {
+            base: Column::Raw,
+            ..hot
+        };
+        let calibrated = column_metrics(Column::Calibrated, &refs, Some(&over_raw))
+            .unwrap()
+            .unwrap();
+        assert_eq!(calibrated.accuracy, raw.accuracy);
+        assert_eq!(calibrated.flip_rate, raw.flip_rate);
+        // At T = 50 the 0.9 answer is ln(9) / 50 in log-odds: about 0.511.
+        let flattened = 1.0 / (1.0 + (-(9f64.ln()) / 50.0).exp());
+        let first = Column::Calibrated
+            .dist(&questions[0], Some(&over_raw))
+            .unwrap();
+        assert!((first["yes"] - flattened).abs() < 1e-12, "{first:?}");
     }
 }

@@ -479,6 +479,98 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
             .unwrap(),
     );
     assert!(stderr.contains("rotations"), "{stderr}");
+
+    // `--column raw` fits the options-as-given scores and writes the file for one rotation
+    // without the prior, which the default engine takes.
+    let raw_file = dir.join("raw.json");
+    let (_, stderr) = succeed(
+        ruling_eval()
+            .args([
+                "calibrate",
+                "--results",
+                &dev.display().to_string(),
+                "--out",
+                &raw_file.display().to_string(),
+                "--column",
+                "raw",
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(stderr.contains("for rotations 1, prior off"), "{stderr}");
+    let raw = Calibration::load(&raw_file).unwrap();
+    assert_eq!((raw.provenance.rotations, raw.provenance.prior), (1, false));
+    Ruling::load(
+        &tiny_llama(),
+        &Options {
+            calibration: Some(raw_file.clone()),
+            ..Options::default()
+        },
+    )
+    .expect("the default engine takes a raw-column calibration");
+    // Reported on the two-rotation held-out run, it scales the raw column; the figures are
+    // those of a one-rotation run whose engine applies the same file.
+    let raw_report = |dir: &Path| -> Value {
+        succeed(
+            ruling_eval()
+                .args([
+                    "report",
+                    "--results",
+                    &dir.display().to_string(),
+                    "--calibration",
+                    &raw_file.display().to_string(),
+                ])
+                .output()
+                .unwrap(),
+        );
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
+    };
+    let two = raw_report(&held_out);
+    let markdown = std::fs::read_to_string(held_out.join("report.md")).unwrap();
+    assert!(markdown.contains("divide the **raw** scores"), "{markdown}");
+    assert_eq!(two["calibration"]["scales"], "raw");
+    let served = dir.join("served");
+    succeed(
+        run(
+            &served,
+            "boolq",
+            "held-out",
+            3,
+            &["--calibration", &raw_file.display().to_string()],
+        )
+        .output()
+        .unwrap(),
+    );
+    let one = raw_report(&served);
+    let calibrated = |report: &Value| -> Value {
+        report["datasets"][0]["groups"][0]["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["column"] == "calibrated")
+            .unwrap()
+            .clone()
+    };
+    let (a, b) = (calibrated(&two), calibrated(&one));
+    for metric in ["accuracy", "ece", "brier", "log_loss"] {
+        let (x, y) = (a[metric].as_f64().unwrap(), b[metric].as_f64().unwrap());
+        assert!((x - y).abs() < 1e-9, "{metric}: {x} vs {y}");
+    }
+    let stderr = fail(
+        ruling_eval()
+            .args([
+                "calibrate",
+                "--results",
+                &dev.display().to_string(),
+                "--out",
+                &dir.join("never.json").display().to_string(),
+                "--column",
+                "prior-corrected",
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(stderr.contains("without --prior"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
