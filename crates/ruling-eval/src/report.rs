@@ -30,6 +30,10 @@ pub struct ReportArgs {
     /// Temperatures for the calibrated column (fitted on dev results of the same settings).
     #[arg(long)]
     calibration: Option<PathBuf>,
+    /// Where to write report.md, report.json and figures/ (default: the results directory),
+    /// so one run can be reported under several calibrations.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 /// Where the calibrated column's temperatures came from.
@@ -90,14 +94,24 @@ pub struct Report {
 }
 
 pub fn report(args: ReportArgs) -> anyhow::Result<()> {
-    let written = write(&args.results, args.calibration.as_deref())?;
+    let written = write_to(
+        &args.results,
+        args.out.as_deref().unwrap_or(&args.results),
+        args.calibration.as_deref(),
+    )?;
     eprintln!("wrote {}", written.display());
     Ok(())
 }
 
 /// Builds the report of a results directory and writes it there; returns `report.md`'s path.
 pub fn write(dir: &Path, calibration: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let set = ResultSet::read(dir)?;
+    write_to(dir, dir, calibration)
+}
+
+/// Builds the report of the results in `results` and writes it into `dir`; returns
+/// `report.md`'s path.
+pub fn write_to(results: &Path, dir: &Path, calibration: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let set = ResultSet::read(results)?;
     let report = build(&set, calibration)?;
     let figures_dir = dir.join("figures");
     std::fs::create_dir_all(&figures_dir)

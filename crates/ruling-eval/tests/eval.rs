@@ -571,6 +571,33 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
             .unwrap(),
     );
     assert!(stderr.contains("without --prior"), "{stderr}");
+
+    // `--out` writes the report elsewhere and leaves the results directory's own alone.
+    let before = std::fs::read(held_out.join("report.md")).unwrap();
+    let elsewhere = dir.join("elsewhere");
+    succeed(
+        ruling_eval()
+            .args([
+                "report",
+                "--results",
+                &held_out.display().to_string(),
+                "--calibration",
+                &file.display().to_string(),
+                "--out",
+                &elsewhere.display().to_string(),
+            ])
+            .output()
+            .unwrap(),
+    );
+    let markdown = std::fs::read_to_string(elsewhere.join("report.md")).unwrap();
+    assert!(markdown.contains("| calibrated (T = "), "{markdown}");
+    assert!(elsewhere.join("report.json").is_file());
+    assert!(
+        elsewhere
+            .join("figures/boolq-noul-reliability.svg")
+            .is_file()
+    );
+    assert_eq!(std::fs::read(held_out.join("report.md")).unwrap(), before);
     std::fs::remove_dir_all(&dir).ok();
 }
 
