@@ -36,6 +36,7 @@ pub use softmax::{
     softmax_with_temperature,
 };
 pub use temperature::{
-    FitError, FitResult, FitSummary, LabelledLogits, MAX_TEMPERATURE, MIN_TEMPERATURE, SampleError,
-    Target, TemperatureFit, fit_temperature, fit_temperatures,
+    CHI_SQUARED_1_95, FitError, FitOptions, FitResult, FitSummary, LabelledLogits, MAX_TEMPERATURE,
+    MIN_TEMPERATURE, SampleError, Target, TemperatureFit, fit_temperature, fit_temperature_with,
+    fit_temperatures, fit_temperatures_with,
 };

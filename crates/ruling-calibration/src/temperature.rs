@@ -30,6 +30,10 @@ pub const MIN_TEMPERATURE: f64 = 0.05;
 pub const MAX_TEMPERATURE: f64 = 20.0;
 /// Bins used for the ECE reported with a fit.
 pub const FIT_ECE_BINS: usize = 15;
+/// The 95% point of the chi-squared distribution with one degree of freedom: the
+/// likelihood-ratio statistic a fitted temperature must reach to be kept at the 5% level
+/// ([`FitOptions::min_likelihood_ratio`]).
+pub const CHI_SQUARED_1_95: f64 = 3.841_458_820_694_124;
 
 /// What a sample's logits should have predicted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,6 +136,39 @@ pub struct FitResult {
     /// Whether the minimum lies on an edge of the allowed range (the true optimum may be
     /// further out).
     pub at_bound: bool,
+    /// The temperature that minimised the log-likelihood, whether or not it was kept.
+    #[serde(default)]
+    pub maximum_likelihood: Option<f64>,
+    /// `2 n (nll(1) - nll(maximum_likelihood))`: about chi-squared with one degree of
+    /// freedom when the true temperature is 1.
+    #[serde(default)]
+    pub likelihood_ratio: Option<f64>,
+    /// Whether the fitted temperature was set aside for 1.0 because its likelihood ratio
+    /// was under [`FitOptions::min_likelihood_ratio`]: the rows did not show that any
+    /// temperature beats none.
+    #[serde(default)]
+    pub kept_at_one: bool,
+}
+
+/// How a temperature is fitted.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FitOptions {
+    /// The likelihood-ratio statistic the fit must reach to replace 1.0; 0 keeps every fit.
+    ///
+    /// On a few hundred rows the log-likelihood is flat near its minimum, so the fitted
+    /// temperature of a model that is already nearly calibrated is mostly noise, and
+    /// applying it can make held-out rows worse. [`CHI_SQUARED_1_95`] keeps a temperature
+    /// only where a likelihood-ratio test rejects `T = 1` at the 5% level.
+    pub min_likelihood_ratio: f64,
+}
+
+impl Default for FitOptions {
+    /// Keep every fit (plain maximum likelihood).
+    fn default() -> Self {
+        Self {
+            min_likelihood_ratio: 0.0,
+        }
+    }
 }
 
 /// Per-answer-type fit results, as stored in a calibration file.
@@ -155,6 +192,15 @@ pub struct TemperatureFit {
 ///
 /// Samples may mix hard and soft targets and differ in their number of options.
 pub fn fit_temperature(samples: &[LabelledLogits]) -> Result<FitResult, FitError> {
+    fit_temperature_with(samples, &FitOptions::default())
+}
+
+/// [`fit_temperature`], keeping the fit only when its likelihood ratio against `T = 1`
+/// reaches `options.min_likelihood_ratio` (1.0 otherwise, with `kept_at_one` set).
+pub fn fit_temperature_with(
+    samples: &[LabelledLogits],
+    options: &FitOptions,
+) -> Result<FitResult, FitError> {
     if samples.is_empty() {
         return Err(FitError::NoSamples);
     }
@@ -178,15 +224,22 @@ pub fn fit_temperature(samples: &[LabelledLogits]) -> Result<FitResult, FitError
     } else {
         temperature
     };
+    let likelihood_ratio = 2.0 * samples.len() as f64 * (nll_before - nll_after);
+    let kept_at_one =
+        options.min_likelihood_ratio > 0.0 && likelihood_ratio < options.min_likelihood_ratio;
+    let applied = if kept_at_one { 1.0 } else { temperature };
 
     Ok(FitResult {
-        temperature,
+        temperature: applied,
         samples: samples.len(),
         nll_before,
-        nll_after,
+        nll_after: if kept_at_one { nll_before } else { nll_after },
         ece_before: objective.ece(1.0),
-        ece_after: objective.ece(temperature.recip()),
+        ece_after: objective.ece(applied.recip()),
         at_bound,
+        maximum_likelihood: Some(temperature),
+        likelihood_ratio: Some(likelihood_ratio),
+        kept_at_one,
     })
 }
 
@@ -196,6 +249,14 @@ pub fn fit_temperature(samples: &[LabelledLogits]) -> Result<FitResult, FitError
 /// sample's index in an error is its index in `samples`.
 pub fn fit_temperatures(
     samples: &[(AnswerType, LabelledLogits)],
+) -> Result<TemperatureFit, FitError> {
+    fit_temperatures_with(samples, &FitOptions::default())
+}
+
+/// [`fit_temperatures`] with [`FitOptions`] for every answer type.
+pub fn fit_temperatures_with(
+    samples: &[(AnswerType, LabelledLogits)],
+    options: &FitOptions,
 ) -> Result<TemperatureFit, FitError> {
     if samples.is_empty() {
         return Err(FitError::NoSamples);
@@ -212,7 +273,7 @@ pub fn fit_temperatures(
         if group.is_empty() {
             continue;
         }
-        let result = fit_temperature(&group).map_err(|error| match error {
+        let result = fit_temperature_with(&group, options).map_err(|error| match error {
             FitError::InvalidSample { index, source } => FitError::InvalidSample {
                 index: indices[index],
                 source,
@@ -433,6 +494,51 @@ mod tests {
     use proptest::test_runner::RngSeed;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn a_fit_the_rows_do_not_support_is_kept_at_one() {
+        // Ten answers at logits [1, 0], seven right: p = sigmoid(1) = 0.731 at T = 1, and the
+        // best temperature makes it the observed 0.7, i.e. 1 / T = ln(7 / 3).
+        let samples: Vec<LabelledLogits> = (0..10)
+            .map(|i| hard(vec![1.0, 0.0], usize::from(i >= 7)))
+            .collect();
+        let p = 1.0 / (1.0 + (-1.0f64).exp());
+        let nll_one = -(0.7 * p.ln() + 0.3 * (1.0 - p).ln());
+        let nll_best = -(0.7 * 0.7f64.ln() + 0.3 * 0.3f64.ln());
+        let ratio = 2.0 * 10.0 * (nll_one - nll_best);
+        assert!(ratio < 0.1, "{ratio}");
+
+        let plain = fit_temperature(&samples).unwrap();
+        assert!(
+            (plain.temperature - (7.0f64 / 3.0).ln().recip()).abs() < 1e-6,
+            "{plain:?}"
+        );
+        assert!(!plain.kept_at_one);
+        assert!((plain.likelihood_ratio.unwrap() - ratio).abs() < 1e-9);
+
+        let gated = FitOptions {
+            min_likelihood_ratio: CHI_SQUARED_1_95,
+        };
+        let kept = fit_temperature_with(&samples, &gated).unwrap();
+        assert!((kept.temperature - 1.0).abs() < 1e-15);
+        assert!(kept.kept_at_one);
+        assert!((kept.nll_after - kept.nll_before).abs() < 1e-15);
+        assert!((kept.ece_after - kept.ece_before).abs() < 1e-15);
+        assert_eq!(kept.maximum_likelihood, Some(plain.temperature));
+
+        // Forty answers at logits [4, 0] (98% sure), only 24 right: overconfidence this
+        // plain is far past the test's threshold, so the fit stands.
+        let overconfident: Vec<LabelledLogits> = (0..40)
+            .map(|i| hard(vec![4.0, 0.0], usize::from(i >= 24)))
+            .collect();
+        let fit = fit_temperature_with(&overconfident, &gated).unwrap();
+        assert!(!fit.kept_at_one, "{fit:?}");
+        assert!(fit.likelihood_ratio.unwrap() > CHI_SQUARED_1_95);
+        assert!(
+            (fit.temperature - 4.0 / 1.5f64.ln()).abs() < 1e-4,
+            "{fit:?}"
+        );
+    }
 
     fn hard(logits: Vec<f64>, target: usize) -> LabelledLogits {
         LabelledLogits {

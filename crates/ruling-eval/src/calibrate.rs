@@ -6,7 +6,8 @@
 //! `--column raw` fits the raw column instead, the options as given without the prior, which
 //! is what an engine with one rotation and no prior reads (`ruling-serve`'s defaults), and
 //! writes the file for those settings; `--column prior-corrected` likewise for one rotation
-//! with the prior. One traced dev run thus calibrates either way of serving. The
+//! with the prior. One traced dev run thus calibrates either way of serving. A temperature is
+//! kept only when a likelihood-ratio test rejects T = 1 at the 5% level ([`FIT_OPTIONS`]). The
 //! target of a question is its soft target where the dataset has one (the share of human
 //! votes), else its label. A question whose target puts weight on an option the engine ruled
 //! out (a two-stage choice that dropped the right intent) cannot be fitted at any temperature
@@ -17,7 +18,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use ruling_calibration::{
-    AnswerType, Calibration, LabelledLogits, Target, TemperatureFit, fit_temperatures,
+    AnswerType, CHI_SQUARED_1_95, Calibration, FitOptions, LabelledLogits, Target, TemperatureFit,
+    fit_temperatures_with,
 };
 
 use crate::derive::log_scores;
@@ -42,6 +44,11 @@ pub struct CalibrateArgs {
     /// file is written for the settings that column answers with.
     #[arg(long, default_value = "rotated", value_parser = ["rotated", "raw", "prior-corrected"])]
     column: String,
+    /// Keep a fitted temperature only when its likelihood ratio against T = 1 reaches this
+    /// (default: the 5% point of chi-squared with one degree of freedom); below it the type
+    /// stays at 1.0. 0 keeps every fit.
+    #[arg(long, default_value_t = CHI_SQUARED_1_95)]
+    min_likelihood_ratio: f64,
 }
 
 /// The fitting samples of a result set, and how many questions could not be fitted.
@@ -86,15 +93,25 @@ pub fn samples(set: &ResultSet, column: Column) -> Samples {
     Samples { samples, skipped }
 }
 
+/// How `calibrate` and the report's in-sample fit decide: a temperature is kept only where a
+/// likelihood-ratio test rejects T = 1 at the 5% level.
+pub const FIT_OPTIONS: FitOptions = FitOptions {
+    min_likelihood_ratio: CHI_SQUARED_1_95,
+};
+
 /// Fits the temperatures of a development result set's rotated column; refuses held-out
 /// results.
 pub fn fit(set: &ResultSet) -> anyhow::Result<(TemperatureFit, usize)> {
-    fit_column(set, Column::Rotated)
+    fit_column(set, Column::Rotated, &FIT_OPTIONS)
 }
 
 /// Fits the temperatures of one column (raw, prior-corrected or rotated) of a development
 /// result set; refuses held-out results.
-pub fn fit_column(set: &ResultSet, column: Column) -> anyhow::Result<(TemperatureFit, usize)> {
+pub fn fit_column(
+    set: &ResultSet,
+    column: Column,
+    options: &FitOptions,
+) -> anyhow::Result<(TemperatureFit, usize)> {
     refuse_held_out(set)?;
     if column == Column::PriorCorrected && !set.manifest.provenance.prior {
         bail!(
@@ -109,7 +126,7 @@ pub fn fit_column(set: &ResultSet, column: Column) -> anyhow::Result<(Temperatur
             set.dir.display()
         );
     }
-    let fit = fit_temperatures(&samples).context("fitting temperatures")?;
+    let fit = fit_temperatures_with(&samples, options).context("fitting temperatures")?;
     Ok((fit, skipped))
 }
 
@@ -135,7 +152,16 @@ pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
     let set = ResultSet::read(&args.results)?;
     let column = Column::parse(&args.column)
         .with_context(|| format!("--column {} is not a column", args.column))?;
-    let (fit, skipped) = fit_column(&set, column)?;
+    if !(args.min_likelihood_ratio.is_finite() && args.min_likelihood_ratio >= 0.0) {
+        bail!(
+            "--min-likelihood-ratio must be a finite number >= 0, got {}",
+            args.min_likelihood_ratio
+        );
+    }
+    let options = FitOptions {
+        min_likelihood_ratio: args.min_likelihood_ratio,
+    };
+    let (fit, skipped) = fit_column(&set, column, &options)?;
     let settings = column
         .settings(&set.manifest.provenance)
         .context("the engine's answer column has no settings to fit for")?;
@@ -148,8 +174,21 @@ pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<()> {
         .map(|f| f.per_type.clone())
         .unwrap_or_default()
     {
+        let kept = match (
+            result.kept_at_one,
+            result.maximum_likelihood,
+            result.likelihood_ratio,
+        ) {
+            (true, Some(t), Some(ratio)) => format!(
+                " (the best fit, {t:.4}, is kept at 1: likelihood ratio {ratio:.2} < {:.2}, \
+                 so these rows do not show a temperature helps)",
+                options.min_likelihood_ratio
+            ),
+            (false, _, Some(ratio)) => format!(" (likelihood ratio {ratio:.2})"),
+            _ => String::new(),
+        };
         out.push_str(&format!(
-            "{kind}: temperature {:.4} on {} questions (log loss {:.4} -> {:.4}, ECE {:.4} -> {:.4}{})\n",
+            "{kind}: temperature {:.4}{kept} on {} questions (log loss {:.4} -> {:.4}, ECE {:.4} -> {:.4}{})\n",
             result.temperature,
             result.samples,
             result.nll_before,
