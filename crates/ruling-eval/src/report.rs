@@ -338,7 +338,14 @@ pub fn render(report: &Report) -> String {
 }
 
 fn interval_text(i: &BootstrapInterval) -> String {
-    format!("{:+.3} [{:+.3}, {:+.3}]", i.estimate, i.lower, i.upper)
+    // Rounding noise under half the last digit shown prints as +0.000, not -0.000.
+    let show = |x: f64| if x.abs() < 5e-4 { 0.0 } else { x };
+    format!(
+        "{:+.3} [{:+.3}, {:+.3}]",
+        show(i.estimate),
+        show(i.lower),
+        show(i.upper)
+    )
 }
 
 /// The table of what the temperature did to every group's ECE, when there is one.
