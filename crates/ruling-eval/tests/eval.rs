@@ -73,6 +73,35 @@ fn close(a: &Value, b: &Value, tolerance: f64) -> bool {
         })
 }
 
+/// `ruling-eval calibrate` on `results`, writing `out`, with `extra` arguments; its output.
+fn calibrate(results: &Path, out: &Path, extra: &[&str]) -> Output {
+    ruling_eval()
+        .arg("calibrate")
+        .arg("--results")
+        .arg(results)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// `ruling-eval report` on `results` with a calibration file, into `out` when given; its
+/// output.
+fn report_with(results: &Path, calibration: &Path, out: Option<&Path>) -> Output {
+    let mut command = ruling_eval();
+    command
+        .arg("report")
+        .arg("--results")
+        .arg(results)
+        .arg("--calibration")
+        .arg(calibration);
+    if let Some(out) = out {
+        command.arg("--out").arg(out);
+    }
+    command.output().unwrap()
+}
+
 #[test]
 fn run_writes_results_report_and_figures() {
     let out = scratch("run");
@@ -317,18 +346,7 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
         .unwrap(),
     );
     let file = dir.join("calibration.json");
-    let (_, stderr) = succeed(
-        ruling_eval()
-            .args([
-                "calibrate",
-                "--results",
-                &dev.display().to_string(),
-                "--out",
-                &file.display().to_string(),
-            ])
-            .output()
-            .unwrap(),
-    );
+    let (_, stderr) = succeed(calibrate(&dev, &file, &[]));
     assert!(stderr.contains("noul: temperature"), "{stderr}");
     let calibration = Calibration::load(&file).unwrap();
     assert_eq!(calibration.provenance.model_id, "tiny-llama.gguf");
@@ -402,18 +420,7 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
             .iter()
             .all(|l| l["split"] == "held-out")
     );
-    let stderr = fail(
-        ruling_eval()
-            .args([
-                "calibrate",
-                "--results",
-                &held_out.display().to_string(),
-                "--out",
-                &dir.join("never.json").display().to_string(),
-            ])
-            .output()
-            .unwrap(),
-    );
+    let stderr = fail(calibrate(&held_out, &dir.join("never.json"), &[]));
     assert!(stderr.contains("held-out results"), "{stderr}");
     assert!(!dir.join("never.json").exists());
     let markdown = std::fs::read_to_string(held_out.join("report.md")).unwrap();
@@ -422,18 +429,7 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
         "{markdown}"
     );
     assert!(!markdown.contains("| calibrated"), "{markdown}");
-    succeed(
-        ruling_eval()
-            .args([
-                "report",
-                "--results",
-                &held_out.display().to_string(),
-                "--calibration",
-                &file.display().to_string(),
-            ])
-            .output()
-            .unwrap(),
-    );
+    succeed(report_with(&held_out, &file, None));
     let markdown = std::fs::read_to_string(held_out.join("report.md")).unwrap();
     assert!(markdown.contains("| calibrated (T = "), "{markdown}");
     // The report says how much the temperature moved the ECE, with an interval.
@@ -466,37 +462,13 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
     // A calibration fitted for other settings is refused by report too.
     let one = dir.join("one");
     succeed(run(&one, "boolq", "dev", 2, &[]).output().unwrap());
-    let stderr = fail(
-        ruling_eval()
-            .args([
-                "report",
-                "--results",
-                &one.display().to_string(),
-                "--calibration",
-                &file.display().to_string(),
-            ])
-            .output()
-            .unwrap(),
-    );
+    let stderr = fail(report_with(&one, &file, None));
     assert!(stderr.contains("rotations"), "{stderr}");
 
     // `--column raw` fits the options-as-given scores and writes the file for one rotation
     // without the prior, which the default engine takes.
     let raw_file = dir.join("raw.json");
-    let (_, stderr) = succeed(
-        ruling_eval()
-            .args([
-                "calibrate",
-                "--results",
-                &dev.display().to_string(),
-                "--out",
-                &raw_file.display().to_string(),
-                "--column",
-                "raw",
-            ])
-            .output()
-            .unwrap(),
-    );
+    let (_, stderr) = succeed(calibrate(&dev, &raw_file, &["--column", "raw"]));
     assert!(stderr.contains("for rotations 1, prior off"), "{stderr}");
     let raw = Calibration::load(&raw_file).unwrap();
     assert_eq!((raw.provenance.rotations, raw.provenance.prior), (1, false));
@@ -511,18 +483,7 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
     // Reported on the two-rotation held-out run, it scales the raw column; the figures are
     // those of a one-rotation run whose engine applies the same file.
     let raw_report = |dir: &Path| -> Value {
-        succeed(
-            ruling_eval()
-                .args([
-                    "report",
-                    "--results",
-                    &dir.display().to_string(),
-                    "--calibration",
-                    &raw_file.display().to_string(),
-                ])
-                .output()
-                .unwrap(),
-        );
+        succeed(report_with(dir, &raw_file, None));
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
     };
     let two = raw_report(&held_out);
@@ -556,39 +517,17 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
         let (x, y) = (a[metric].as_f64().unwrap(), b[metric].as_f64().unwrap());
         assert!((x - y).abs() < 1e-9, "{metric}: {x} vs {y}");
     }
-    let stderr = fail(
-        ruling_eval()
-            .args([
-                "calibrate",
-                "--results",
-                &dev.display().to_string(),
-                "--out",
-                &dir.join("never.json").display().to_string(),
-                "--column",
-                "prior-corrected",
-            ])
-            .output()
-            .unwrap(),
-    );
+    let stderr = fail(calibrate(
+        &dev,
+        &dir.join("never.json"),
+        &["--column", "prior-corrected"],
+    ));
     assert!(stderr.contains("without --prior"), "{stderr}");
 
     // `--out` writes the report elsewhere and leaves the results directory's own alone.
     let before = std::fs::read(held_out.join("report.md")).unwrap();
     let elsewhere = dir.join("elsewhere");
-    succeed(
-        ruling_eval()
-            .args([
-                "report",
-                "--results",
-                &held_out.display().to_string(),
-                "--calibration",
-                &file.display().to_string(),
-                "--out",
-                &elsewhere.display().to_string(),
-            ])
-            .output()
-            .unwrap(),
-    );
+    succeed(report_with(&held_out, &file, Some(&elsewhere)));
     let markdown = std::fs::read_to_string(elsewhere.join("report.md")).unwrap();
     assert!(markdown.contains("| calibrated (T = "), "{markdown}");
     assert!(elsewhere.join("report.json").is_file());
