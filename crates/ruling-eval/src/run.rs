@@ -212,6 +212,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// The client, the model name requests carry, the provenance of the results and the mode.
 fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'static str)> {
+    // What a calibration fitted on these results will be checked against.
+    let settings = |model_id: String, revision: Option<String>| Provenance {
+        model_id,
+        revision,
+        rotations: args.rotations,
+        prior: args.prior,
+        adapter_digest: None,
+    };
     if let Some(url) = &args.url {
         let http = HttpClient::new(url, args.api_key.clone());
         let name = match &args.model {
@@ -219,13 +227,7 @@ fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'stat
             None => http.served_model()?,
         };
         let (model_id, revision) = identity(&name).unwrap_or_else(|_| (name.clone(), None));
-        let provenance = Provenance {
-            model_id,
-            revision,
-            rotations: args.rotations,
-            prior: args.prior,
-            adapter_digest: None,
-        };
+        let provenance = settings(model_id, revision);
         return Ok((Client::Http(http), name, provenance, "http"));
     }
     let spec = args
@@ -249,13 +251,7 @@ fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'stat
         ruling.info().model
     );
     let model = ruling.info().model.clone();
-    let provenance = Provenance {
-        model_id,
-        revision,
-        rotations: args.rotations,
-        prior: args.prior,
-        adapter_digest: None,
-    };
+    let provenance = settings(model_id, revision);
     Ok((
         Client::InProcess(Box::new(ruling)),
         model,
