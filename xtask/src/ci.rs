@@ -41,6 +41,12 @@ pub fn run(args: &CiArgs) -> anyhow::Result<()> {
             ]),
         )?;
         ensure_cargo_deny()?;
+        // `cargo deny --offline` reads every crate in Cargo.lock, including those only other
+        // platforms build (WASI, Windows), which a Linux build never downloads.
+        step(
+            "fetch every platform's crates",
+            cargo(&["fetch", "--locked"]),
+        )?;
         step(
             "cargo-deny",
             cargo(&["deny", "--offline", "check", "licenses", "bans", "sources"]),

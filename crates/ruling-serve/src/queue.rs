@@ -1,15 +1,17 @@
 //! The engine's worker threads and the bounded queue in front of them.
 //!
 //! Answering a request is blocking CPU work of 0.1 to 10 s, so it runs on dedicated std
-//! threads, never on the async runtime. Handlers admit a request with a non-blocking
-//! `try_send` into a `sync_channel` of the configured bound (a full queue is a 429 at once) and
-//! await the answer on a oneshot. A worker that takes a request whose handler has gone (the
+//! threads, never on the async runtime. Handlers admit a request without blocking and await the
+//! answer on a oneshot. Admission counts the jobs in the system (waiting or running): a job is
+//! admitted while that count is under `workers + bound`, and a full system is a 429 at once. A
+//! zero bound therefore admits exactly when a worker has no job, whether or not that worker's
+//! thread has reached its `recv` yet (a rendezvous channel would refuse it in that instant). A worker that takes a request whose handler has gone (the
 //! client disconnected, or the per-request timeout fired and dropped the receiver) or whose
 //! deadline has passed drops it unstarted. Closing the queue lets the workers finish what is
 //! queued and then exit.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -60,6 +62,9 @@ pub(crate) struct Pool {
     workers: Mutex<Vec<JoinHandle<()>>>,
     metrics: Arc<Metrics>,
     worker_count: usize,
+    /// Jobs admitted and not yet finished or skipped, and the most that may be.
+    in_system: Arc<AtomicUsize>,
+    capacity: usize,
     /// Mean engine time per request, in microseconds (exponentially weighted), for
     /// `retry-after`.
     mean_engine_us: Arc<AtomicU64>,
@@ -73,10 +78,14 @@ impl Pool {
         bound: usize,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
-        let (sender, receiver) = sync_channel::<(Job, Instant)>(bound);
+        let worker_count = workers.max(1);
+        let capacity = worker_count + bound;
+        // Admission keeps at most `capacity` jobs in the system, so a send never finds the
+        // channel full.
+        let (sender, receiver) = sync_channel::<(Job, Instant)>(capacity);
         let receiver = Arc::new(Mutex::new(receiver));
         let mean_engine_us = Arc::new(AtomicU64::new(1_000_000));
-        let worker_count = workers.max(1);
+        let in_system = Arc::new(AtomicUsize::new(0));
         let mut handles = Vec::with_capacity(worker_count);
         for index in 0..worker_count {
             let worker = Worker {
@@ -84,6 +93,7 @@ impl Pool {
                 receiver: Arc::clone(&receiver),
                 metrics: Arc::clone(&metrics),
                 mean_engine_us: Arc::clone(&mean_engine_us),
+                in_system: Arc::clone(&in_system),
             };
             handles.push(
                 std::thread::Builder::new()
@@ -96,6 +106,8 @@ impl Pool {
             workers: Mutex::new(handles),
             metrics,
             worker_count,
+            in_system,
+            capacity,
             mean_engine_us,
         })
     }
@@ -106,11 +118,17 @@ impl Pool {
         let Some(sender) = guard.as_ref() else {
             return Err(Rejected::Closed);
         };
+        // Admissions are serialised by the lock; workers only ever lower the count meanwhile.
+        if self.in_system.load(Ordering::SeqCst) >= self.capacity {
+            return Err(Rejected::Full);
+        }
         // Counted before the send so a worker's decrement can never run first.
+        self.in_system.fetch_add(1, Ordering::SeqCst);
         self.metrics.queue_depth.inc();
         match sender.try_send((job, Instant::now())) {
             Ok(()) => Ok(()),
             Err(error) => {
+                self.in_system.fetch_sub(1, Ordering::SeqCst);
                 self.metrics.queue_depth.dec();
                 Err(match error {
                     TrySendError::Full(_) => Rejected::Full,
@@ -151,6 +169,7 @@ struct Worker {
     receiver: Arc<Mutex<Receiver<(Job, Instant)>>>,
     metrics: Arc<Metrics>,
     mean_engine_us: Arc<AtomicU64>,
+    in_system: Arc<AtomicUsize>,
 }
 
 impl Worker {
@@ -166,44 +185,55 @@ impl Worker {
                 return; // the queue is closed and drained
             };
             self.metrics.queue_depth.dec();
-            let queued = admitted.elapsed();
-            if Instant::now() >= job.deadline {
-                self.metrics.skip("expired");
-                tracing::debug!(request_id = %job.request_id, "skipped: its deadline passed in the queue");
-                continue;
+            let reply = self.answer(job, admitted);
+            // Room is made before the answer leaves, so a client that asks again as soon as it
+            // has its answer finds this worker free.
+            self.in_system.fetch_sub(1, Ordering::SeqCst);
+            if let Some((sender, outcome)) = reply {
+                // The handler may have gone meanwhile; then nobody wants the answer.
+                let _ = sender.send(outcome);
             }
-            if job.reply.is_closed() {
-                self.metrics.skip("client_gone");
-                tracing::debug!(request_id = %job.request_id, "skipped: the client is gone");
-                continue;
-            }
-            self.metrics.queue_wait.observe(queued.as_secs_f64());
-            self.metrics.busy_workers.inc();
-            let started = Instant::now();
-            let result = catch_unwind(AssertUnwindSafe(|| {
-                self.ruling.evaluate_valid(&job.request)
-            }));
-            let engine = started.elapsed();
-            self.metrics.busy_workers.dec();
-            self.metrics.engine_time.observe(engine.as_secs_f64());
-            self.record_engine_time(engine);
-            let outcome = match result {
-                Ok(Ok(response)) => Ok(Answered {
-                    response,
-                    queued,
-                    engine,
-                }),
-                Ok(Err(error)) => Err(Failed::Engine(error)),
-                Err(panic) => {
-                    self.metrics.engine_panics.inc();
-                    let message = panic_message(panic.as_ref());
-                    tracing::error!(request_id = %job.request_id, panic = %message, "the engine panicked");
-                    Err(Failed::Panicked(message))
-                }
-            };
-            // The handler may have gone meanwhile; then nobody wants the answer.
-            let _ = job.reply.send(outcome);
         }
+    }
+
+    /// Answer one job, or skip it (`None`) when nobody can use the answer any more.
+    fn answer(&self, job: Job, admitted: Instant) -> Option<(oneshot::Sender<Outcome>, Outcome)> {
+        let queued = admitted.elapsed();
+        if Instant::now() >= job.deadline {
+            self.metrics.skip("expired");
+            tracing::debug!(request_id = %job.request_id, "skipped: its deadline passed in the queue");
+            return None;
+        }
+        if job.reply.is_closed() {
+            self.metrics.skip("client_gone");
+            tracing::debug!(request_id = %job.request_id, "skipped: the client is gone");
+            return None;
+        }
+        self.metrics.queue_wait.observe(queued.as_secs_f64());
+        self.metrics.busy_workers.inc();
+        let started = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            self.ruling.evaluate_valid(&job.request)
+        }));
+        let engine = started.elapsed();
+        self.metrics.busy_workers.dec();
+        self.metrics.engine_time.observe(engine.as_secs_f64());
+        self.record_engine_time(engine);
+        let outcome = match result {
+            Ok(Ok(response)) => Ok(Answered {
+                response,
+                queued,
+                engine,
+            }),
+            Ok(Err(error)) => Err(Failed::Engine(error)),
+            Err(panic) => {
+                self.metrics.engine_panics.inc();
+                let message = panic_message(panic.as_ref());
+                tracing::error!(request_id = %job.request_id, panic = %message, "the engine panicked");
+                Err(Failed::Panicked(message))
+            }
+        };
+        Some((job.reply, outcome))
     }
 
     fn record_engine_time(&self, engine: Duration) {
