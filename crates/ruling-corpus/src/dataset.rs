@@ -58,6 +58,17 @@ pub struct ParseNameError {
     expected: String,
 }
 
+impl ParseNameError {
+    /// `given` is not a name of `what`; `expected` says which names are.
+    pub(crate) fn new(what: &'static str, given: &str, expected: String) -> Self {
+        Self {
+            what,
+            given: given.to_owned(),
+            expected,
+        }
+    }
+}
+
 impl FromStr for Split {
     type Err = ParseNameError;
 
@@ -104,11 +115,21 @@ pub enum Dataset {
     Cb,
     /// SuperGLUE RTE: 2-way choice.
     Rte,
+    /// SST-5's train file: the score question of [`Dataset::Sst5`] on other sentences.
+    Sst5Train,
+    /// HWU64: choice over the 64 intents of a home assistant.
+    Hwu64,
+    /// SNIPS: choice over the 7 intents of a voice assistant.
+    Snips,
+    /// SNLI dev and test pairs: the 3-way choice of ChaosNLI with hard labels.
+    Snli,
+    /// Medical Abstracts: choice over 5 topics.
+    MedicalAbstracts,
 }
 
 impl Dataset {
     /// Every dataset, with CLINC150 both whole and as the 20-intent subset.
-    pub const ALL: [Dataset; 13] = [
+    pub const ALL: [Dataset; 18] = [
         Dataset::Boolq,
         Dataset::ChaosnliSnli,
         Dataset::ChaosnliMnli,
@@ -122,13 +143,18 @@ impl Dataset {
         Dataset::Goemotions,
         Dataset::Cb,
         Dataset::Rte,
+        Dataset::Sst5Train,
+        Dataset::Hwu64,
+        Dataset::Snips,
+        Dataset::Snli,
+        Dataset::MedicalAbstracts,
     ];
 
     /// The question type its records ask: `noul`, `choice` or `score`.
     pub fn question_type(self) -> &'static str {
         match self {
             Self::Boolq | Self::Sst2 | Self::Goemotions => "noul",
-            Self::Sst5 => "score",
+            Self::Sst5 | Self::Sst5Train => "score",
             Self::ChaosnliSnli
             | Self::ChaosnliMnli
             | Self::Clinc150 { .. }
@@ -136,7 +162,11 @@ impl Dataset {
             | Self::AgNews
             | Self::Trec
             | Self::Cb
-            | Self::Rte => "choice",
+            | Self::Rte
+            | Self::Hwu64
+            | Self::Snips
+            | Self::Snli
+            | Self::MedicalAbstracts => "choice",
         }
     }
 
@@ -145,9 +175,16 @@ impl Dataset {
         match self {
             Self::Boolq | Self::Sst5 | Self::Sst2 | Self::Clinc150 { .. } => &Split::ALL,
             Self::Banking77 | Self::AgNews | Self::Trec => &[Split::HeldOut],
-            Self::ChaosnliSnli | Self::ChaosnliMnli | Self::Goemotions | Self::Cb | Self::Rte => {
-                &[Split::Dev]
-            }
+            Self::ChaosnliSnli
+            | Self::ChaosnliMnli
+            | Self::Goemotions
+            | Self::Cb
+            | Self::Rte
+            | Self::Sst5Train
+            | Self::Hwu64
+            | Self::Snips
+            | Self::Snli
+            | Self::MedicalAbstracts => &[Split::Dev],
         }
     }
 
@@ -199,6 +236,21 @@ impl Dataset {
                 "entailment / contradiction / neutral (CommitmentBank); dev only".to_owned()
             }
             Self::Rte => "entailment / not_entailment (RTE); dev only".to_owned(),
+            Self::Sst5Train => {
+                "the sst5 question on its train file, stsa.fine.train; dev only".to_owned()
+            }
+            Self::Hwu64 => "intent of a request to a home assistant over 64 intents; \
+                            trainset and testset of fold 1, dev only"
+                .to_owned(),
+            Self::Snips => "intent of a request to a voice assistant over 7 intents; \
+                            train_*_full and validate_*, dev only"
+                .to_owned(),
+            Self::Snli => "entailment / neutral / contradiction of SNLI pairs, hard labels; \
+                           dev and test files, dev only"
+                .to_owned(),
+            Self::MedicalAbstracts => "topic of a medical abstract over 5 kinds of condition; \
+                                       medical_tc_test, dev only"
+                .to_owned(),
         }
     }
 
@@ -236,6 +288,11 @@ impl fmt::Display for Dataset {
             Self::Goemotions => f.write_str("goemotions"),
             Self::Cb => f.write_str("cb"),
             Self::Rte => f.write_str("rte"),
+            Self::Sst5Train => f.write_str("sst5-train"),
+            Self::Hwu64 => f.write_str("hwu64"),
+            Self::Snips => f.write_str("snips"),
+            Self::Snli => f.write_str("snli"),
+            Self::MedicalAbstracts => f.write_str("medical-abstracts"),
         }
     }
 }
@@ -342,6 +399,20 @@ pub fn load(
     split: Split,
     options: &LoadOptions,
 ) -> Result<Vec<Record>, CorpusError> {
+    let mut records = Vec::new();
+    for_each_record(dataset, split, options, &mut |record| records.push(record))?;
+    Ok(records)
+}
+
+/// [`load`], handing each record to `sink` as it is built instead of collecting them, so a
+/// caller that keeps only part of each record (the training builder drops the 151-option
+/// CLINC150 question) never holds a whole split of large questions.
+pub(crate) fn for_each_record(
+    dataset: Dataset,
+    split: Split,
+    options: &LoadOptions,
+    sink: &mut dyn FnMut(Record),
+) -> Result<(), CorpusError> {
     if let Some(reason) = dataset.missing_split_reason(split) {
         return Err(CorpusError::SplitUnavailable {
             dataset: dataset.to_string(),
@@ -359,19 +430,19 @@ pub fn load(
             max: MAX_CLINC_SUBSET,
         });
     }
-    sources::load(dataset, split, &options.root(), options)
+    sources::load(dataset, split, &options.root(), options, sink)
 }
 
-/// Builds the records of the rows [`sample_indices`] keeps.
+/// Builds the records of the rows [`sample_indices`] keeps and hands them to `sink`.
 pub(crate) fn finish<T>(
     rows: &[T],
     options: &LoadOptions,
     build: impl Fn(&T) -> Record,
-) -> Vec<Record> {
-    sample_indices(rows.len(), options.limit, options.seed)
-        .into_iter()
-        .map(|i| build(&rows[i]))
-        .collect()
+    sink: &mut dyn FnMut(Record),
+) {
+    for i in sample_indices(rows.len(), options.limit, options.seed) {
+        sink(build(&rows[i]));
+    }
 }
 
 /// The positions of a seeded sample of `limit` out of `len` rows, ascending.

@@ -7,6 +7,10 @@
 //! the datasets README says ([`Split`]); [`load`] reads one split of one [`Dataset`], never
 //! both, and refuses a split the dataset does not have.
 //!
+//! [`build_training_set`] turns the development splits into the decision encoder's training
+//! records, each row asked in a varied wording, and drops every row whose state also occurs in
+//! a held-out split.
+//!
 //! It depends on `ruling-schema` for the question types and on no tensor library, model code,
 //! async runtime or HTTP stack: reading a dataset never needs a model.
 
@@ -15,6 +19,7 @@ mod error;
 mod jsonl;
 mod record;
 mod sources;
+mod training;
 
 pub use dataset::{
     DATASETS_ENV, Dataset, DatasetInfo, LoadOptions, MAX_CLINC_SUBSET, ParseNameError, Split,
@@ -23,3 +28,7 @@ pub use dataset::{
 pub use error::CorpusError;
 pub use jsonl::{read_jsonl, read_jsonl_from, write_jsonl};
 pub use record::{Label, NOUL_KEYS, Record, RecordError, Reference, Target, answer_keys};
+pub use training::{
+    HeldOutStates, SourceReport, TrainingOptions, TrainingSet, TrainingSource, build_training_set,
+    held_out_states, state_key,
+};

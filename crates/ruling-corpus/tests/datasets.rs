@@ -1,13 +1,15 @@
 //! The readers against the real files in `shared/datasets` (beside the workspace, as in CI):
 //! row counts and label counts per split as MANIFEST.md states them, every record a valid
 //! System One request, soft targets that are distributions, disjoint splits, refusals of the
-//! splits a dataset does not have, seeded sampling and the CLINC150 subsets.
+//! splits a dataset does not have, seeded sampling, the CLINC150 subsets, the exact shape of a
+//! record of each newer reader, and bad rows reported with their file and line.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
 use ruling_corpus::{CorpusError, Dataset, Label, LoadOptions, Record, Split, catalog, load};
 use ruling_schema::{Capabilities, Question};
+use serde_json::json;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/datasets")
@@ -56,7 +58,7 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
 }
 
 /// Rows per split: MANIFEST.md's counts, split as the datasets README says.
-const ROWS: [(Dataset, Split, usize); 20] = [
+const ROWS: [(Dataset, Split, usize); 25] = [
     // 3,270 rows, idx 0 to 3269: 1,635 even and 1,635 odd.
     (Dataset::Boolq, Split::Dev, 1635),
     (Dataset::Boolq, Split::HeldOut, 1635),
@@ -82,6 +84,14 @@ const ROWS: [(Dataset, Split, usize); 20] = [
     (Dataset::Goemotions, Split::Dev, 5427),
     (Dataset::Cb, Split::Dev, 56),
     (Dataset::Rte, Split::Dev, 277),
+    (Dataset::Sst5Train, Split::Dev, 8544),
+    // Fold 1: trainset 9,960 + testset 1,076.
+    (Dataset::Hwu64, Split::Dev, 11_036),
+    // train_*_full 13,784 + validate_* 700.
+    (Dataset::Snips, Split::Dev, 14_484),
+    // dev 9,842 + test 9,824.
+    (Dataset::Snli, Split::Dev, 19_666),
+    (Dataset::MedicalAbstracts, Split::Dev, 2888),
     // Both CLINC150 forms read the same rows; the counts above are per form.
     (Dataset::Clinc150 { subset: Some(1) }, Split::HeldOut, 5_500),
     (
@@ -360,6 +370,11 @@ fn splits_a_dataset_lacks_are_refused_with_the_reason() {
         Dataset::Goemotions,
         Dataset::Cb,
         Dataset::Rte,
+        Dataset::Sst5Train,
+        Dataset::Hwu64,
+        Dataset::Snips,
+        Dataset::Snli,
+        Dataset::MedicalAbstracts,
     ] {
         assert!(
             load(dataset, Split::HeldOut, &options()).is_err(),
@@ -521,4 +536,338 @@ fn a_bad_row_is_reported_with_file_and_line() {
     let error = load(Dataset::Trec, Split::HeldOut, &options).expect_err("no TREC here");
     assert!(matches!(error, CorpusError::Io { .. }), "{error}");
     assert!(error.to_string().contains("trec/TREC.test"), "{error}");
+}
+
+#[test]
+fn newer_datasets_label_counts_match_the_manifest() {
+    assert_eq!(
+        label_counts(&all(Dataset::Sst5Train, Split::Dev), "sentiment"),
+        counts(&[
+            ("0", 1092),
+            ("1", 2218),
+            ("2", 1624),
+            ("3", 2322),
+            ("4", 1288)
+        ])
+    );
+    // dev 3,329 / 3,235 / 3,278 plus test 3,368 / 3,219 / 3,237.
+    assert_eq!(
+        label_counts(&all(Dataset::Snli, Split::Dev), "relation"),
+        counts(&[
+            ("entailment", 6697),
+            ("neutral", 6454),
+            ("contradiction", 6515)
+        ])
+    );
+    assert_eq!(
+        label_counts(&all(Dataset::MedicalAbstracts, Split::Dev), "topic"),
+        counts(&[
+            ("neoplasms", 633),
+            ("digestive system diseases", 299),
+            ("nervous system diseases", 385),
+            ("cardiovascular diseases", 610),
+            ("general pathological conditions", 961),
+        ])
+    );
+    // Each intent's train_*_full rows plus its 100 validate_* rows.
+    assert_eq!(
+        label_counts(&all(Dataset::Snips, Split::Dev), "intent"),
+        counts(&[
+            ("AddToPlaylist", 2042),
+            ("BookRestaurant", 2073),
+            ("GetWeather", 2100),
+            ("PlayMusic", 2100),
+            ("RateBook", 2056),
+            ("SearchCreativeWork", 2054),
+            ("SearchScreeningEvent", 2059),
+        ])
+    );
+    let hwu = all(Dataset::Hwu64, Split::Dev);
+    let intents = label_counts(&hwu, "intent");
+    assert_eq!(intents.len(), 64);
+    let mut scenarios = BTreeMap::<&str, usize>::new();
+    for (intent, n) in &intents {
+        let scenario = intent.split('_').next().expect("scenario_intent");
+        *scenarios.entry(scenario).or_default() += n;
+    }
+    assert_eq!(scenarios.len(), 18);
+    // alarm 456 + 49, general 1,685 + 183, weather 175 + 19.
+    assert_eq!(scenarios["alarm"], 505);
+    assert_eq!(scenarios["general"], 1868);
+    assert_eq!(scenarios["weather"], 194);
+    let testset = ids(&hwu)
+        .iter()
+        .filter(|id| id.starts_with("hwu64:testset:"))
+        .count();
+    assert_eq!(testset, 1076);
+}
+
+fn find(records: &[Record], id: &str) -> Record {
+    records
+        .iter()
+        .find(|r| r.id.as_deref() == Some(id))
+        .unwrap_or_else(|| panic!("no record {id}"))
+        .clone()
+}
+
+fn options_of(record: &Record, question: &str) -> Vec<String> {
+    let Question::Choice { criteria, .. } = &record.questions[question] else {
+        panic!("{}: {question} is not a choice", record.display_id())
+    };
+    criteria.keys().cloned().collect()
+}
+
+#[test]
+fn newer_datasets_records_have_their_exact_shape() {
+    // sst5-train asks the sst5 question; only the id, family and sentence differ.
+    let train = &all(Dataset::Sst5Train, Split::Dev)[0];
+    assert_eq!(
+        serde_json::to_value(train).expect("serialises"),
+        json!({
+            "id": "sst5-train:train:0",
+            "family": "sst5-train",
+            "state": "a stirring , funny and finally transporting re-imagining of beauty and the \
+                      beast and 1930s horror films",
+            "questions": {"sentiment": {
+                "type": "score",
+                "instructions": "How positive or negative is the sentiment of this sentence \
+                                 from a movie review?",
+                "criteria": ["very negative", "negative", "neutral", "positive", "very positive"],
+            }},
+            "labels": {"sentiment": 4},
+            "weight": 1.0,
+        })
+    );
+    assert_eq!(
+        train.questions,
+        sample(Dataset::Sst5, Split::Dev, 1, 0)[0].questions
+    );
+
+    let hwu = find(
+        &all(Dataset::Hwu64, Split::Dev),
+        "hwu64:trainset:alarm_set:1",
+    );
+    assert_eq!(hwu.family, "hwu64");
+    assert_eq!(
+        hwu.state.render(),
+        "set an alarm for tomorrow at six in the morning"
+    );
+    assert_eq!(hwu.labels["intent"], Label::Key("alarm_set".into()));
+    let keys = options_of(&hwu, "intent");
+    assert_eq!(keys.len(), 64);
+    assert_eq!(&keys[..3], ["alarm_query", "alarm_remove", "alarm_set"]);
+    assert_eq!(keys[63], "weather_query");
+    let Question::Choice {
+        instructions,
+        criteria,
+    } = &hwu.questions["intent"]
+    else {
+        panic!("a choice")
+    };
+    assert_eq!(
+        instructions.render(),
+        "Which intent does this request to a home assistant express?"
+    );
+    assert!(criteria.values().all(|d| d.is_null()), "the names say it");
+
+    let snips = all(Dataset::Snips, Split::Dev);
+    let first = find(&snips, "snips:validate:AddToPlaylist:0");
+    assert_eq!(
+        first.state.render(),
+        "I'd like to have this track onto my Classical Relaxations playlist."
+    );
+    assert_eq!(first.labels["intent"], Label::Key("AddToPlaylist".into()));
+    assert_eq!(
+        options_of(&first, "intent"),
+        [
+            "AddToPlaylist",
+            "BookRestaurant",
+            "GetWeather",
+            "PlayMusic",
+            "RateBook",
+            "SearchCreativeWork",
+            "SearchScreeningEvent"
+        ]
+    );
+    // The emoji the file writes as CESU-8 surrogate halves reads as the character.
+    assert_eq!(
+        find(&snips, "snips:train:PlayMusic:461").state.render(),
+        "I want toi hear some Pop Punk Perfection \u{1F355} off of Deezer"
+    );
+
+    let snli = &all(Dataset::Snli, Split::Dev)[0];
+    assert_eq!(snli.id.as_deref(), Some("snli:dev:0"));
+    assert_eq!(
+        snli.state.render(),
+        "Premise: Two women are embracing while holding to go packages .\nHypothesis: The \
+         sisters are hugging goodbye while holding to go packages after just eating lunch ."
+    );
+    assert_eq!(snli.labels["relation"], Label::Key("neutral".into()));
+    assert!(snli.references.is_empty(), "hard labels only");
+    assert_eq!(
+        snli.questions,
+        sample(Dataset::ChaosnliSnli, Split::Dev, 1, 0)[0].questions,
+        "the ChaosNLI question"
+    );
+
+    let medical = &all(Dataset::MedicalAbstracts, Split::Dev)[0];
+    assert_eq!(medical.id.as_deref(), Some("medical-abstracts:0"));
+    assert!(
+        medical
+            .state
+            .render()
+            .starts_with("Obstructive sleep apnea following topical oropharyngeal anesthesia")
+    );
+    assert_eq!(
+        medical.labels["topic"],
+        Label::Key("nervous system diseases".into())
+    );
+    assert_eq!(
+        options_of(medical, "topic"),
+        [
+            "neoplasms",
+            "digestive system diseases",
+            "nervous system diseases",
+            "cardiovascular diseases",
+            "general pathological conditions"
+        ]
+    );
+}
+
+/// A datasets folder of its own under the test target directory, emptied first.
+fn scratch_root(name: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("a folder");
+    root
+}
+
+fn write(root: &std::path::Path, file: &str, text: impl AsRef<[u8]>) {
+    let path = root.join(file);
+    std::fs::create_dir_all(path.parent().expect("a parent")).expect("a folder");
+    std::fs::write(path, text).expect("written");
+}
+
+fn load_error(dataset: Dataset, root: PathBuf) -> String {
+    let options = LoadOptions {
+        root: Some(root),
+        ..LoadOptions::default()
+    };
+    load(dataset, Split::Dev, &options)
+        .map(|r| r.len())
+        .expect_err("a bad file")
+        .to_string()
+}
+
+#[test]
+fn bad_rows_of_the_newer_datasets_are_refused_with_file_and_line() {
+    const HWU_HEADER: &str =
+        "answerid;scenario;intent;answer_annotation;answer_from_anno;answer_from_user\n";
+    let root = scratch_root("corpus-bad-hwu64");
+    write(
+        &root,
+        "hwu64/trainset/alarm_set.csv",
+        format!(
+            "{HWU_HEADER}1;alarm;set;\"wake me\";\"wake me\";\"Wake me\"\n2;alarm;query;\"a\";\"a\";\"a\"\n"
+        ),
+    );
+    write(
+        &root,
+        "hwu64/testset/alarm_set.csv",
+        format!("{HWU_HEADER}3;alarm;set;\"b\";\"b\";\"b\"\n"),
+    );
+    let message = load_error(Dataset::Hwu64, root.clone());
+    assert!(
+        message.contains("hwu64/trainset/alarm_set.csv:3:"),
+        "{message}"
+    );
+    assert!(message.contains("alarm_query"), "{message}");
+    // A testset without the trainset's intents is refused, naming the missing one.
+    write(
+        &root,
+        "hwu64/trainset/alarm_set.csv",
+        format!("{HWU_HEADER}1;alarm;set;\"wake me\";\"wake me\";\"Wake me\"\n"),
+    );
+    write(
+        &root,
+        "hwu64/trainset/alarm_query.csv",
+        format!("{HWU_HEADER}2;alarm;query;\"a\";\"a\";\"a\"\n"),
+    );
+    let message = load_error(Dataset::Hwu64, root);
+    assert!(
+        message.contains("hwu64/testset") && message.contains("alarm_query"),
+        "{message}"
+    );
+
+    let root = scratch_root("corpus-bad-snips");
+    write(
+        &root,
+        "snips/train_AddToPlaylist_full.json",
+        "{\"PlayMusic\": [{\"data\": [{\"text\": \"play it\"}]}]}",
+    );
+    let message = load_error(Dataset::Snips, root.clone());
+    assert!(
+        message.contains("snips/train_AddToPlaylist_full.json:0:"),
+        "{message}"
+    );
+    assert!(message.contains("\"AddToPlaylist\""), "{message}");
+    write(
+        &root,
+        "snips/train_AddToPlaylist_full.json",
+        b"{\"AddToPlaylist\": [\n{\"data\": [{\"text\": \"add \xed\xa0\xbc it\"}]}]}",
+    );
+    let message = load_error(Dataset::Snips, root);
+    assert!(
+        message.contains("train_AddToPlaylist_full.json:2: not UTF-8"),
+        "{message}"
+    );
+
+    let root = scratch_root("corpus-bad-snli");
+    write(
+        &root,
+        "snli_esnli/s1.dev",
+        "A man sleeps . \nA dog runs . \n",
+    );
+    write(
+        &root,
+        "snli_esnli/s2.dev",
+        "A man rests . \nA cat runs . \n",
+    );
+    write(&root, "snli_esnli/labels.dev", "entailment\nmaybe\n");
+    let message = load_error(Dataset::Snli, root.clone());
+    assert!(message.contains("snli_esnli/labels.dev:2:"), "{message}");
+    assert!(message.contains("maybe"), "{message}");
+    write(&root, "snli_esnli/labels.dev", "entailment\n");
+    let message = load_error(Dataset::Snli, root);
+    assert!(message.contains("labels.dev:0:"), "{message}");
+    assert!(message.contains("align"), "{message}");
+
+    let root = scratch_root("corpus-bad-medical");
+    write(
+        &root,
+        "medical_abstracts/medical_tc_labels.csv",
+        "condition_label,condition_name\n1,neoplasms\n2,digestive system diseases\n\
+         3,nervous system diseases\n4,cardiovascular diseases\n5,general pathological conditions\n",
+    );
+    write(
+        &root,
+        "medical_abstracts/medical_tc_test.csv",
+        "condition_label,medical_abstract\n1,\"A tumour.\"\n7,\"Something else.\"\n",
+    );
+    let message = load_error(Dataset::MedicalAbstracts, root.clone());
+    assert!(
+        message.contains("medical_abstracts/medical_tc_test.csv:3:"),
+        "{message}"
+    );
+    assert!(message.contains("\"7\""), "{message}");
+    write(
+        &root,
+        "medical_abstracts/medical_tc_labels.csv",
+        "condition_label,condition_name\n1,neoplasms\n2,skin diseases\n",
+    );
+    let message = load_error(Dataset::MedicalAbstracts, root);
+    assert!(
+        message.contains("medical_tc_labels.csv:3:") && message.contains("skin diseases"),
+        "{message}"
+    );
 }

@@ -19,7 +19,7 @@ use crate::record::{Label, Record};
 
 /// The out-of-scope label and option key.
 pub(crate) const OUT_OF_SCOPE: &str = "oos";
-const OUT_OF_SCOPE_DESCRIPTION: &str = "out of scope: none of the other intents";
+pub(crate) const OUT_OF_SCOPE_DESCRIPTION: &str = "out of scope: none of the other intents";
 const INSTRUCTIONS: &str = "Which intent does this request to a virtual assistant express? \
                             Answer oos if it expresses none of the listed intents.";
 

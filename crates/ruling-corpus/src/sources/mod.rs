@@ -10,10 +10,14 @@ mod ag_news;
 mod banking77;
 mod boolq;
 mod chaosnli;
-mod clinc150;
+pub(crate) mod clinc150;
 mod goemotions;
+mod hwu64;
+mod medical_abstracts;
 mod nli;
-mod sst;
+mod snips;
+mod snli;
+pub(crate) mod sst;
 mod superglue;
 mod trec;
 
@@ -33,39 +37,93 @@ pub(crate) fn load(
     split: Split,
     root: &Path,
     options: &LoadOptions,
-) -> Result<Vec<Record>, CorpusError> {
+    sink: &mut dyn FnMut(Record),
+) -> Result<(), CorpusError> {
     let name = dataset.to_string();
-    Ok(match dataset {
-        Dataset::Boolq => finish(&boolq::rows(root, split)?, options, boolq::record),
+    match dataset {
+        Dataset::Boolq => finish(&boolq::rows(root, split)?, options, boolq::record, sink),
         Dataset::ChaosnliSnli | Dataset::ChaosnliMnli => {
             let rows = chaosnli::rows(root, dataset)?;
-            finish(&rows, options, |row| chaosnli::record(&name, row))
+            finish(&rows, options, |row| chaosnli::record(&name, row), sink);
         }
-        Dataset::Sst5 => finish(&sst::fine_rows(root, split)?, options, sst::fine_record),
-        Dataset::Sst2 => finish(&sst::binary_rows(root, split)?, options, sst::binary_record),
+        Dataset::Sst5 => {
+            let rows = sst::fine_rows(root, split)?;
+            finish(&rows, options, |row| sst::fine_record(&name, row), sink);
+        }
+        Dataset::Sst5Train => {
+            let rows = sst::train_rows(root)?;
+            finish(&rows, options, |row| sst::fine_record(&name, row), sink);
+        }
+        Dataset::Sst2 => {
+            let rows = sst::binary_rows(root, split)?;
+            finish(&rows, options, sst::binary_record, sink);
+        }
         Dataset::Clinc150 { subset } => {
             let (intents, rows) = clinc150::rows(root, split)?;
             let builder = clinc150::Builder::new(&name, intents, subset, options.seed);
-            finish(&rows, options, |row| builder.record(row))
+            finish(&rows, options, |row| builder.record(row), sink);
         }
         Dataset::Banking77 => {
             let (intents, rows) = banking77::rows(root)?;
             let question = banking77::question(&intents);
-            finish(&rows, options, |row| banking77::record(&question, row))
+            finish(
+                &rows,
+                options,
+                |row| banking77::record(&question, row),
+                sink,
+            );
         }
         Dataset::AgNews => {
             let (question, rows) = ag_news::rows(root)?;
-            finish(&rows, options, |row| ag_news::record(&question, row))
+            finish(&rows, options, |row| ag_news::record(&question, row), sink);
         }
-        Dataset::Trec => finish(&trec::rows(root)?, options, trec::record),
+        Dataset::Trec => finish(&trec::rows(root)?, options, trec::record, sink),
         Dataset::Goemotions => {
             let (emotions, rows) = goemotions::rows(root)?;
             let questions = goemotions::questions(&emotions);
-            finish(&rows, options, |row| goemotions::record(&questions, row))
+            finish(
+                &rows,
+                options,
+                |row| goemotions::record(&questions, row),
+                sink,
+            );
         }
-        Dataset::Cb => finish(&superglue::cb_rows(root)?, options, superglue::cb_record),
-        Dataset::Rte => finish(&superglue::rte_rows(root)?, options, superglue::rte_record),
-    })
+        Dataset::Cb => finish(
+            &superglue::cb_rows(root)?,
+            options,
+            superglue::cb_record,
+            sink,
+        ),
+        Dataset::Rte => {
+            let rows = superglue::rte_rows(root)?;
+            finish(&rows, options, superglue::rte_record, sink);
+        }
+        Dataset::Hwu64 => {
+            let (intents, rows) = hwu64::rows(root)?;
+            let question = hwu64::question(&intents);
+            finish(&rows, options, |row| hwu64::record(&question, row), sink);
+        }
+        Dataset::Snips => {
+            let question = snips::question();
+            finish(
+                &snips::rows(root)?,
+                options,
+                |row| snips::record(&question, row),
+                sink,
+            );
+        }
+        Dataset::Snli => finish(&snli::rows(root)?, options, snli::record, sink),
+        Dataset::MedicalAbstracts => {
+            let (question, rows) = medical_abstracts::rows(root)?;
+            finish(
+                &rows,
+                options,
+                |row| medical_abstracts::record(&question, row),
+                sink,
+            );
+        }
+    }
+    Ok(())
 }
 
 fn read_text(path: &Path) -> Result<String, CorpusError> {

@@ -2,7 +2,8 @@
 //! one `LABEL sentence` per line, lowercased and tokenized.
 //!
 //! SST-5 is a five-level score: `stsa.fine.dev` is development data, `stsa.fine.test` is held
-//! out. SST-2 is a noul (is it positive?): held out is `stsa.binary.test`; development data is
+//! out. `stsa.fine.train` is more development data, read as its own dataset (`sst5-train`) so
+//! that `sst5` keeps meaning the dev and test files every SST-5 result is reported on. SST-2 is a noul (is it positive?): held out is `stsa.binary.test`; development data is
 //! `stsa.fine.dev` without its neutral sentences, levels 0-1 negative and 3-4 positive, which is
 //! how SST-2 is made from SST-5 (it gives the 872 sentences of the usual SST-2 dev set).
 
@@ -26,10 +27,12 @@ pub(crate) const LEVELS: [&str; 5] = [
 
 const SCORE_INSTRUCTIONS: &str =
     "How positive or negative is the sentiment of this sentence from a movie review?";
-const NOUL_INSTRUCTIONS: &str = "Is the sentiment of this sentence from a movie review positive?";
+/// The SST-2 question, which the training builder also asks of SST-5 sentences.
+pub(crate) const NOUL_INSTRUCTIONS: &str =
+    "Is the sentiment of this sentence from a movie review positive?";
 
 pub(super) struct Row {
-    /// `dev` or `test`: which file the sentence comes from.
+    /// `dev`, `test` or `train`: which file the sentence comes from.
     file: &'static str,
     /// Position among the file's sentences, from 0.
     row: usize,
@@ -71,11 +74,20 @@ pub(super) fn fine_rows(root: &Path, split: Split) -> Result<Vec<Row>, CorpusErr
         Split::Dev => "stsa.fine.dev",
         Split::HeldOut => "stsa.fine.test",
     };
+    fine_file(root, name, file_of(split))
+}
+
+/// The rows of `stsa.fine.train`, development data only.
+pub(super) fn train_rows(root: &Path) -> Result<Vec<Row>, CorpusError> {
+    fine_file(root, "stsa.fine.train", "train")
+}
+
+fn fine_file(root: &Path, name: &str, file: &'static str) -> Result<Vec<Row>, CorpusError> {
     Ok(read(root, name, LEVELS.len())?
         .into_iter()
         .enumerate()
         .map(|(row, (label, sentence))| Row {
-            file: file_of(split),
+            file,
             row,
             label,
             sentence,
@@ -107,14 +119,15 @@ pub(super) fn binary_rows(root: &Path, split: Split) -> Result<Vec<Row>, CorpusE
     })
 }
 
-pub(super) fn fine_record(row: &Row) -> Record {
+/// `family` is the dataset's name: `sst5` or `sst5-train`, which ask the same question.
+pub(super) fn fine_record(family: &str, row: &Row) -> Record {
     let question = Question::Score {
         instructions: Text::from(SCORE_INSTRUCTIONS),
         criteria: LEVELS.map(Text::from).to_vec(),
     };
     single(
-        "sst5",
-        format!("sst5:{}:{}", row.file, row.row),
+        family,
+        format!("{family}:{}:{}", row.file, row.row),
         row.sentence.clone(),
         "sentiment",
         question,
