@@ -1,4 +1,4 @@
-//! `cargo xtask fixtures`: tiny random-weight decoders in the real on-disk formats.
+//! `cargo xtask fixtures`: tiny random-weight decoders and encoders in the real on-disk formats.
 //!
 //! Writes, deterministically from a seed, trained byte-level BPE tokenizers and four tiny
 //! decoders. `tiny-llama` (SmolLM2-shaped) and `tiny-qwen2` (Qwen2.5-shaped) come as a Hugging
@@ -10,16 +10,22 @@
 //! (Gemma 3 text-shaped) come as Hugging Face directories only: they carry the family switches
 //! (q/k norms, GELU, embedding scale, sandwich norms, sliding-window layers with their own rope
 //! base, `query_pre_attn_scalar`) that the decoder is compared on against candle-transformers'
-//! `qwen3` and `gemma3`. `manifest.json` records every file's sha256; a run whose manifest,
-//! seed and generator version already match does nothing.
+//! `qwen3` and `gemma3`. Two tiny encoders, `tiny-bert` (all-MiniLM-L6-v2-shaped) and
+//! `tiny-modernbert` (ModernBERT-base-shaped, with global and sliding-window layers), share a
+//! WordPiece tokenizer whose vocabulary is counted out of the same corpus; the decision encoder
+//! is compared on them against candle-transformers' `bert` and `modernbert`. `manifest.json`
+//! records every file's sha256; a run whose manifest, seed and generator version already match
+//! does nothing.
 
 mod corpus;
+mod encoder;
 mod gguf;
 mod templates;
 #[cfg(test)]
 mod tests;
 mod tokenizer;
 mod weights;
+mod wordpiece;
 
 use std::fs;
 use std::io::Write as _;
@@ -35,10 +41,13 @@ use tokenizer::{Layout, TrainedTokenizer};
 use weights::{Arch, Gemma3Spec, Spec};
 
 /// Bump whenever the bytes written for a given seed change, so stale fixtures are regenerated.
-const GENERATOR_VERSION: u32 = 2;
+const GENERATOR_VERSION: u32 = 3;
 const DEFAULT_SEED: u64 = 20_261_130;
 /// Ids in each trained tokenizer, special tokens included.
 const TOKENIZER_SIZE: usize = 768;
+/// Ids in the encoders' WordPiece tokenizer, special tokens included (not a multiple of 64, so
+/// ModernBERT's padded embedding has rows past it).
+const WORDPIECE_SIZE: usize = 500;
 const MANIFEST: &str = "manifest.json";
 
 /// Arguments of `cargo xtask fixtures`.
@@ -222,14 +231,58 @@ fn specs() -> [(Spec, Layout); 4] {
     ]
 }
 
+/// The files of one run, each written atomically and recorded for the manifest.
+struct Written<'a> {
+    out: &'a Path,
+    files: Vec<ManifestEntry>,
+}
+
+impl Written<'_> {
+    /// Writes `bytes` to `rel` (relative to the output directory, `/`-separated).
+    fn write(&mut self, rel: String, bytes: &[u8]) -> Result<()> {
+        write_atomic(&self.out.join(&rel), bytes)?;
+        self.files.push(ManifestEntry {
+            path: rel,
+            size: bytes.len() as u64,
+            sha256: sha256_hex(bytes),
+        });
+        Ok(())
+    }
+}
+
 /// Writes every fixture into `out` and the manifest last. Returns the manifest.
 pub(crate) fn generate(out: &Path, seed: u64, verbose: bool) -> Result<Manifest> {
     fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let lines = corpus::training_lines();
+    let mut written = Written {
+        out,
+        files: Vec::new(),
+    };
+    write_decoders(&mut written, &lines, seed, verbose)?;
+    write_encoders(&mut written, &lines, seed, verbose)?;
+    let mut files = written.files;
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let manifest = Manifest {
+        generator_version: GENERATOR_VERSION,
+        seed,
+        files,
+    };
+    write_atomic(
+        &out.join(MANIFEST),
+        &pretty(&serde_json::to_value(&manifest)?)?,
+    )?;
+    Ok(manifest)
+}
+
+fn write_decoders(
+    written: &mut Written<'_>,
+    lines: &[String],
+    seed: u64,
+    verbose: bool,
+) -> Result<()> {
     // One training per layout: the models sharing a layout share its tokenizer.
-    let smollm2 = tokenizer::train(Layout::SmolLm2, &lines, TOKENIZER_SIZE)?;
-    let qwen2 = tokenizer::train(Layout::Qwen2, &lines, TOKENIZER_SIZE)?;
-    let mut files = Vec::new();
+    let smollm2 = tokenizer::train(Layout::SmolLm2, lines, TOKENIZER_SIZE)?;
+    let qwen2 = tokenizer::train(Layout::Qwen2, lines, TOKENIZER_SIZE)?;
     for (spec, layout) in specs() {
         let started = Instant::now();
         let tok = match layout {
@@ -237,23 +290,10 @@ pub(crate) fn generate(out: &Path, seed: u64, verbose: bool) -> Result<Manifest>
             Layout::Qwen2 => &qwen2,
         };
         let tensors = weights::hf_tensors(&spec, seed);
-        let dir = out.join(spec.name);
+        let dir = written.out.join(spec.name);
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-
-        let mut write = |name: &str, bytes: &[u8]| -> Result<()> {
-            let rel = if name.ends_with(".gguf") {
-                name.to_owned()
-            } else {
-                format!("{}/{name}", spec.name)
-            };
-            write_atomic(&out.join(&rel), bytes)?;
-            files.push(ManifestEntry {
-                path: rel,
-                size: bytes.len() as u64,
-                sha256: sha256_hex(bytes),
-            });
-            Ok(())
-        };
+        let mut write =
+            |name: &str, bytes: &[u8]| written.write(format!("{}/{name}", spec.name), bytes);
         write("config.json", &pretty(&config_json(&spec, tok))?)?;
         write(
             "generation_config.json",
@@ -266,8 +306,8 @@ pub(crate) fn generate(out: &Path, seed: u64, verbose: bool) -> Result<Manifest>
         )?;
         write("model.safetensors", &weights::safetensors_bytes(&tensors)?)?;
         if spec.arch.writes_gguf() {
-            write(
-                &format!("{}.gguf", spec.name),
+            written.write(
+                format!("{}.gguf", spec.name),
                 &gguf::gguf_bytes(&spec, tok, &tensors)?,
             )?;
         }
@@ -284,17 +324,40 @@ pub(crate) fn generate(out: &Path, seed: u64, verbose: bool) -> Result<Manifest>
             );
         }
     }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    let manifest = Manifest {
-        generator_version: GENERATOR_VERSION,
-        seed,
-        files,
-    };
-    write_atomic(
-        &out.join(MANIFEST),
-        &pretty(&serde_json::to_value(&manifest)?)?,
-    )?;
-    Ok(manifest)
+    Ok(())
+}
+
+/// The encoders: `config.json`, `model.safetensors` and the shared WordPiece `tokenizer.json`.
+fn write_encoders(
+    written: &mut Written<'_>,
+    lines: &[String],
+    seed: u64,
+    verbose: bool,
+) -> Result<()> {
+    let tok = wordpiece::build(lines, WORDPIECE_SIZE)?;
+    for spec in encoder::specs(tok.len()) {
+        let started = Instant::now();
+        let dir = written.out.join(spec.name);
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let tensors = encoder::hf_tensors(&spec, seed);
+        let mut write =
+            |name: &str, bytes: &[u8]| written.write(format!("{}/{name}", spec.name), bytes);
+        write("config.json", &pretty(&encoder::config_json(&spec, &tok))?)?;
+        write("tokenizer.json", tok.json.as_bytes())?;
+        write("model.safetensors", &weights::safetensors_bytes(&tensors)?)?;
+        if verbose {
+            eprintln!(
+                "fixtures: {} ({} layers, hidden {}, vocab {} / tokenizer {}) in {} ms",
+                spec.name,
+                spec.num_hidden_layers,
+                spec.hidden_size,
+                spec.vocab_size,
+                tok.len(),
+                started.elapsed().as_millis()
+            );
+        }
+    }
+    Ok(())
 }
 
 fn pretty(value: &serde_json::Value) -> Result<Vec<u8>> {
