@@ -18,13 +18,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use indexmap::IndexMap;
-use ruling_calibration::{
-    AnswerType, Calibration, Provenance, choice_confidence, log_softmax, score_confidence,
-    softmax_with_temperature,
+use ruling_calibration::{AnswerType, Calibration, Provenance, log_softmax};
+use ruling_schema::{
+    EngineKind, EvaluationTrace, QuestionKind, QuestionTrace, RotationTrace, StageOneScore,
+    SystemOneResponse, Usage, ValidQuestion, ValidRequest,
 };
-use ruling_schema::{Answer, QuestionKind, SystemOneResponse, Usage, ValidQuestion, ValidRequest};
-use serde_json::{Value, json};
 
+use crate::answer::answer;
 use crate::backend::{Backend, Branch};
 use crate::codes::{AnswerCodes, DEFAULT_CODES};
 use crate::contract::verify_backend;
@@ -112,8 +112,21 @@ struct Combined {
     keys: Vec<String>,
     scores: Vec<f64>,
     candidate_mass: Vec<f64>,
-    rotations: Vec<Value>,
+    rotations: Vec<RotationTrace>,
     branch_tokens: Vec<usize>,
+}
+
+impl Combined {
+    /// What the trace reports of this question.
+    fn trace(&self, temperature: f64, stage_one: Option<Vec<StageOneScore>>) -> QuestionTrace {
+        QuestionTrace {
+            rotations: self.rotations.clone(),
+            temperature,
+            candidate_mass: self.candidate_mass.clone(),
+            branch_tokens: self.branch_tokens.clone(),
+            stage_one,
+        }
+    }
 }
 
 impl<B: Backend> DecoderEngine<B> {
@@ -323,53 +336,6 @@ impl<B: Backend> DecoderEngine<B> {
         Ok(known)
     }
 
-    /// The typed answer from a question's combined scores and its temperature.
-    fn answer(
-        &self,
-        question: &ValidQuestion,
-        result: &Combined,
-        temperature: f64,
-    ) -> Result<Answer, EngineError> {
-        let probs = softmax_with_temperature(&result.scores, temperature)?;
-        let distribution: IndexMap<String, f64> = result
-            .keys
-            .iter()
-            .cloned()
-            .zip(probs.iter().copied())
-            .collect();
-        Ok(match question.kind() {
-            QuestionKind::Noul { .. } => Answer::Noul {
-                noul: distribution.get("yes").copied().unwrap_or(0.0),
-            },
-            QuestionKind::Choice { .. } => {
-                let best = probs
-                    .iter()
-                    .enumerate()
-                    .fold(0, |best, (i, p)| if *p > probs[best] { i } else { best });
-                Answer::Choice {
-                    choice: result.keys[best].clone(),
-                    confidence: choice_confidence(&probs)?,
-                    probabilities: distribution,
-                }
-            }
-            QuestionKind::Score { levels, .. } => Answer::Score {
-                score: probs.iter().enumerate().map(|(i, p)| i as f64 * p).sum(),
-                confidence: score_confidence(&probs)?,
-                legend: levels
-                    .iter()
-                    .enumerate()
-                    .map(|(i, l)| (i.to_string(), l.render()))
-                    .collect(),
-                probabilities: distribution,
-            },
-            QuestionKind::Box { .. } => {
-                return Err(EngineError::Unsupported(
-                    "box questions need a vision model".into(),
-                ));
-            }
-        })
-    }
-
     /// Score passes against the prefix and fold them per question.
     fn score(
         &self,
@@ -411,11 +377,11 @@ impl<B: Backend> DecoderEngine<B> {
             }
             slot.candidate_mass.push(logits.candidate_mass());
             slot.branch_tokens.push(pass.tokens.len());
-            slot.rotations.push(json!({
-                "order": pass.keys,
-                "log_probabilities": lp,
-                "prior": prior.map(|p| p.as_slice().to_vec()),
-            }));
+            slot.rotations.push(RotationTrace {
+                order: pass.keys.clone(),
+                log_probabilities: lp,
+                prior: prior.map(|p| p.as_slice().to_vec()),
+            });
         }
         for slot in &mut combined {
             let n = slot.rotations.len().max(1) as f64;
@@ -626,7 +592,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         let mut combined = self.score(&prefix, &plan.passes, slots)?;
 
         // Stage two: the strongest options of each wide Choice as one Choice.
-        let mut stage_one_trace: HashMap<usize, Value> = HashMap::new();
+        let mut stage_one_trace: HashMap<usize, Vec<StageOneScore>> = HashMap::new();
         if !plan.wide.is_empty() {
             let mut passes = Vec::new();
             let mut finalists: HashMap<usize, Vec<ShownOption>> = HashMap::new();
@@ -656,12 +622,13 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                 keep.sort_unstable();
                 stage_one_trace.insert(
                     *index,
-                    json!(
-                        strength
-                            .iter()
-                            .map(|(o, s)| json!({"key": shown[*o].key, "log_odds_yes": s}))
-                            .collect::<Vec<_>>()
-                    ),
+                    strength
+                        .iter()
+                        .map(|&(o, log_odds_yes)| StageOneScore {
+                            key: shown[o].key.clone(),
+                            log_odds_yes,
+                        })
+                        .collect(),
                 );
                 let kept: Vec<ShownOption> = keep.iter().map(|&o| shown[o].clone()).collect();
                 let QuestionKind::Choice { instructions, .. } = questions[*index].kind() else {
@@ -702,30 +669,26 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         }
 
         let mut answers = IndexMap::with_capacity(questions.len());
-        let mut trace = serde_json::Map::new();
+        let mut traces = IndexMap::new();
         for (index, question) in questions.iter().enumerate() {
             let result = &combined[index];
             let kind = answer_type(question.kind());
             let temperature = self.calibration.temperature(kind);
-            let answer = self.answer(question, result, temperature)?;
+            let answer = answer(question, &result.keys, &result.scores, temperature)?;
             if request.trace() {
-                trace.insert(
+                traces.insert(
                     question.id().to_owned(),
-                    json!({
-                        "candidate_mass": result.candidate_mass,
-                        "rotations": result.rotations,
-                        "temperature": temperature,
-                        "branch_tokens": result.branch_tokens,
-                        "stage_one": stage_one_trace.get(&index),
-                    }),
+                    result.trace(temperature, stage_one_trace.remove(&index)),
                 );
             }
             answers.insert(question.id().to_owned(), answer);
         }
-        if request.trace() {
-            trace.insert("prefix_tokens".into(), json!(prefix_tokens.len()));
-            trace.insert("prefix_cached".into(), json!(cached));
-        }
+        let evaluation_trace = request.trace().then(|| EvaluationTrace {
+            engine: EngineKind::Decoder,
+            questions: traces,
+            prefix_tokens: prefix_tokens.len(),
+            prefix_cached: Some(cached),
+        });
         Ok(SystemOneResponse {
             model: self.info.model.clone(),
             answers,
@@ -733,7 +696,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                 input_tokens: used as u64,
                 output_tokens: 0,
             },
-            evaluation_trace: request.trace().then(|| Value::Object(trace)),
+            evaluation_trace,
         })
     }
 }

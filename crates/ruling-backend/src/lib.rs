@@ -12,6 +12,7 @@
 //!
 //! This crate depends on no tensor library, async runtime or HTTP stack.
 
+mod answer;
 mod backend;
 mod codes;
 mod contract;
@@ -22,6 +23,7 @@ mod prefix_cache;
 mod prompt;
 pub mod render;
 
+pub use answer::answer;
 pub use backend::{Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role};
 pub use codes::{AnswerCodes, DEFAULT_CODES};
 pub use contract::{ContractReport, verify_backend};

@@ -9,7 +9,9 @@ use ruling_backend::{
     Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, DecoderEngine, Engine,
     EngineError, EngineOptions,
 };
-use ruling_schema::{Answer, Capabilities, SystemOneResponse, ValidRequest, parse_request};
+use ruling_schema::{
+    Answer, Capabilities, EngineKind, SystemOneResponse, ValidRequest, parse_request,
+};
 use serde_json::json;
 
 const SPECIALS: [&str; 2] = ["<|im_start|>", "<|im_end|>"];
@@ -225,6 +227,39 @@ fn a_wide_choice_goes_through_two_stages_and_keeps_every_key() {
 }
 
 #[test]
+fn a_wide_choice_traces_every_option_of_stage_one_and_its_final_pass() {
+    let criteria: serde_json::Map<String, serde_json::Value> = (0..40)
+        .map(|i| (format!("intent_{i:02}"), json!(format!("about {i}"))))
+        .collect();
+    let request = request(json!({
+        "model": "m", "state": "hello", "trace": true,
+        "questions": {"intent": {"type": "choice", "instructions": "Which intent?", "criteria": criteria}}
+    }));
+    let engine = engine(Scripted::new(vec![0.0; 26], true), 2, false);
+    let response = engine.evaluate(&request).unwrap();
+    let trace = &response.evaluation_trace.unwrap().questions["intent"];
+    let stage_one = trace.stage_one.as_ref().expect("asked in two stages");
+    assert_eq!(stage_one.len(), 40);
+    assert!(
+        stage_one
+            .windows(2)
+            .all(|w| w[0].log_odds_yes >= w[1].log_odds_yes),
+        "strongest first"
+    );
+    // The final pass shows the eight strongest, in two rotations.
+    assert_eq!(trace.rotations.len(), 2);
+    let mut finalists: Vec<&str> = stage_one[..8].iter().map(|s| s.key.as_str()).collect();
+    let mut shown: Vec<&str> = trace.rotations[0]
+        .order
+        .iter()
+        .map(String::as_str)
+        .collect();
+    finalists.sort_unstable();
+    shown.sort_unstable();
+    assert_eq!(shown, finalists);
+}
+
+#[test]
 fn with_every_rotation_option_order_does_not_matter() {
     let base = ["alpha", "bravo", "charlie", "delta", "echo"];
     let permuted = ["delta", "alpha", "echo", "charlie", "bravo"];
@@ -351,11 +386,16 @@ fn the_trace_reports_what_was_computed() {
     let mut body = json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "Yes?"}}, "trace": true});
     let response = engine.evaluate(&request(body.clone())).unwrap();
     let trace = response.evaluation_trace.unwrap();
-    let q = &trace["q"];
-    assert_eq!(q["rotations"].as_array().unwrap().len(), 2);
-    assert_eq!(q["candidate_mass"].as_array().unwrap().len(), 2);
-    assert_eq!(q["temperature"], json!(1.0));
-    assert!(q["rotations"][0]["prior"].is_array());
+    assert_eq!(trace.engine, EngineKind::Decoder);
+    assert_eq!(trace.prefix_cached, Some(false));
+    assert!(trace.prefix_tokens > 0);
+    let q = &trace.questions["q"];
+    assert_eq!(q.rotations.len(), 2);
+    assert_eq!(q.candidate_mass.len(), 2);
+    assert_eq!(q.branch_tokens.len(), 2);
+    assert!((q.temperature - 1.0).abs() < f64::EPSILON);
+    assert!(q.rotations[0].prior.is_some());
+    assert!(q.stage_one.is_none());
     body["trace"] = json!(false);
     assert!(
         engine

@@ -13,7 +13,7 @@
 //!   from every shown order) and `rotations: 2` for the noul (yes-first and no-first averaged)
 //!   or `rotations: 3` for the 3-way choice (all three cyclic shifts averaged).
 //! - Each row is evaluated once, by the debiased engine with `"trace": true`. The trace
-//!   (`evaluation_trace[q].rotations`) holds, per shown order, the log-probabilities after
+//!   (`evaluation_trace.questions[q].rotations`) holds, per shown order, the log-probabilities after
 //!   prior subtraction and the prior itself; adding the prior back gives that order's raw
 //!   log-probabilities, so the raw answer is the argmax of the first (unrotated) order with its
 //!   prior restored. That this is exactly what a `rotations: 1, prior: false` engine answers is
@@ -39,7 +39,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use ruling_core::{Options, Ruling};
-use ruling_schema::{Answer, SystemOneRequest, SystemOneResponse};
+use ruling_schema::{Answer, RotationTrace, SystemOneRequest, SystemOneResponse};
 use serde_json::{Value, json};
 
 const ROWS: usize = 60;
@@ -104,30 +104,21 @@ fn rate(count: usize, of: usize) -> f64 {
 
 /// One traced rotation's keys in shown order and its log-probabilities with `prior_sign`
 /// times the prior added (0: as traced, after prior subtraction; 1: raw).
-fn traced_scores(rotation: &Value, prior_sign: f64) -> (Vec<String>, Vec<f64>) {
-    let numbers = |field: &str| -> Vec<f64> {
-        rotation[field]
-            .as_array()
-            .unwrap_or_else(|| panic!("the debiased engine traces {field}: {rotation}"))
-            .iter()
-            .map(|v| v.as_f64().expect("a number"))
-            .collect()
-    };
-    let order: Vec<String> = rotation["order"]
-        .as_array()
-        .expect("order")
+fn traced_scores(rotation: &RotationTrace, prior_sign: f64) -> (Vec<String>, Vec<f64>) {
+    let prior = rotation
+        .prior
+        .as_ref()
+        .unwrap_or_else(|| panic!("the debiased engine traces its prior: {rotation:?}"));
+    let scores = rotation
+        .log_probabilities
         .iter()
-        .map(|k| k.as_str().expect("a key").to_owned())
-        .collect();
-    let scores = numbers("log_probabilities")
-        .iter()
-        .zip(numbers("prior"))
+        .zip(prior)
         .map(|(l, p)| l + prior_sign * p)
         .collect();
-    (order, scores)
+    (rotation.order.clone(), scores)
 }
 
-fn traced_argmax(rotation: &Value, prior_sign: f64) -> String {
+fn traced_argmax(rotation: &RotationTrace, prior_sign: f64) -> String {
     let (order, scores) = traced_scores(rotation, prior_sign);
     let best = (0..scores.len())
         .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
@@ -136,7 +127,7 @@ fn traced_argmax(rotation: &Value, prior_sign: f64) -> String {
 }
 
 /// The raw P(yes) of a traced rotation: the softmax of its prior-restored log-probabilities.
-fn traced_raw_yes(rotation: &Value) -> f64 {
+fn traced_raw_yes(rotation: &RotationTrace) -> f64 {
     let (order, raw) = traced_scores(rotation, 1.0);
     let norm: f64 = raw.iter().map(|v| v.exp()).sum();
     let yes = order.iter().position(|k| k == "yes").expect("a yes option");
@@ -183,10 +174,10 @@ fn boolq() -> &'static BoolqFigures {
             });
             let debiased = evaluate(debiased_noul(), &body, true);
             let trace = debiased.evaluation_trace.as_ref().expect("traced");
-            let rotations = trace["q"]["rotations"].as_array().expect("rotations");
+            let rotations = &trace.questions["q"].rotations;
             assert_eq!(rotations.len(), 2, "yes-first and no-first");
-            assert_eq!(rotations[0]["order"], json!(["yes", "no"]));
-            assert_eq!(rotations[1]["order"], json!(["no", "yes"]));
+            assert_eq!(rotations[0].order, ["yes", "no"]);
+            assert_eq!(rotations[1].order, ["no", "yes"]);
             let raw_yes = traced_raw_yes(&rotations[0]);
             if checked < CROSS_CHECK {
                 let engine_yes = noul(&evaluate(raw(), &body, false));
@@ -302,10 +293,12 @@ fn snli() -> &'static SnliFigures {
             });
             let response = evaluate(debiased_choice(), &body, true);
             let trace = response.evaluation_trace.as_ref().expect("traced");
-            let raw_given = traced_argmax(&trace["given"]["rotations"][0], 1.0);
-            let raw_reversed = traced_argmax(&trace["reversed"]["rotations"][0], 1.0);
-            assert_eq!(trace["given"]["rotations"][0]["order"], json!(["entailment", "neutral", "contradiction"]));
-            assert_eq!(trace["reversed"]["rotations"][0]["order"], json!(["contradiction", "neutral", "entailment"]));
+            let given = &trace.questions["given"].rotations[0];
+            let reversed = &trace.questions["reversed"].rotations[0];
+            let raw_given = traced_argmax(given, 1.0);
+            let raw_reversed = traced_argmax(reversed, 1.0);
+            assert_eq!(given.order, ["entailment", "neutral", "contradiction"]);
+            assert_eq!(reversed.order, ["contradiction", "neutral", "entailment"]);
             if checked < CROSS_CHECK {
                 let engine = evaluate(raw(), &body, false);
                 assert_eq!(choice(&engine, "given"), raw_given, "raw engine vs trace");

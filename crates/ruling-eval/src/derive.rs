@@ -1,9 +1,9 @@
 //! The four side-by-side distributions of one question, derived from the engine's trace.
 //!
-//! One traced request holds, per question, every order the engine showed the options in
-//! (`rotations[r].order`), the code log-probabilities it read for that order after the prior
-//! was subtracted (`rotations[r].log_probabilities`) and the prior itself
-//! (`rotations[r].prior`, `null` when the engine runs without one). From that one pass:
+//! One traced request holds, per question ([`QuestionTrace`]), every order the engine showed
+//! the options in (`rotations[r].order`), the code log-probabilities it read for that order
+//! after the prior was subtracted (`rotations[r].log_probabilities`) and the prior itself
+//! (`rotations[r].prior`, `None` when the engine runs without one). From that one pass:
 //!
 //! - **raw**: the first order (the options as given), prior added back: what an engine with
 //!   one rotation and no prior answers.
@@ -11,7 +11,7 @@
 //!   when the engine runs without a prior (there is nothing to derive it from).
 //! - **rotated**: the per-key mean of the traced log-probabilities over every order (a key an
 //!   order did not show counts as absent, and a key no order showed is impossible), exactly as
-//!   `ruling_backend::decision` folds rotations; so it is prior-corrected when the engine has
+//!   the decoder engine folds rotations; so it is prior-corrected when the engine has
 //!   the prior on, and equals raw when it runs one rotation without a prior.
 //! - **calibrated**: the rotated scores divided by the answer type's temperature before the
 //!   softmax; with the temperature the engine applied, this is the engine's own answer.
@@ -20,22 +20,22 @@
 //! (`ruling_corpus::answer_keys`), with 0 for a key the order did not show (the options a
 //! two-stage choice dropped before its final pass).
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use indexmap::IndexMap;
 use ruling_calibration::softmax_with_temperature;
-use serde_json::Value;
+use ruling_schema::{QuestionTrace, RotationTrace};
 
 /// A distribution over answer keys, in canonical order.
 pub type Dist = IndexMap<String, f64>;
 
 /// One shown order of a question, read from its trace.
 #[derive(Debug, Clone, PartialEq)]
-struct Order {
+struct Order<'a> {
     /// Canonical index of the key each code stood for.
     positions: Vec<usize>,
     /// The traced log-probabilities (prior already subtracted when there is one).
-    log_probabilities: Vec<f64>,
-    prior: Option<Vec<f64>>,
+    log_probabilities: &'a [f64],
+    prior: Option<&'a [f64]>,
 }
 
 /// What one question's trace yields.
@@ -72,28 +72,16 @@ impl Derived {
 }
 
 /// Derives the side-by-side distributions of one question from its trace entry
-/// (`evaluation_trace[question_id]`). `keys` are the question's answer keys in canonical order.
-pub fn derive(keys: &[String], trace: &Value) -> anyhow::Result<Derived> {
-    let rotations = trace
-        .get("rotations")
-        .and_then(Value::as_array)
-        .context("the trace has no `rotations` list")?;
-    ensure!(!rotations.is_empty(), "the trace lists no rotations");
-    let orders = rotations
+/// (`evaluation_trace.questions[question_id]`). `keys` are the question's answer keys in
+/// canonical order.
+pub fn derive(keys: &[String], trace: &QuestionTrace) -> anyhow::Result<Derived> {
+    ensure!(!trace.rotations.is_empty(), "the trace lists no rotations");
+    let orders = trace
+        .rotations
         .iter()
         .enumerate()
         .map(|(r, rotation)| order(keys, rotation).with_context(|| format!("rotation {r}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let temperature = trace
-        .get("temperature")
-        .and_then(Value::as_f64)
-        .context("the trace has no `temperature`")?;
-    let candidate_mass = trace
-        .get("candidate_mass")
-        .and_then(Value::as_array)
-        .map(|masses| masses.iter().filter_map(Value::as_f64).collect())
-        .unwrap_or_default();
-    let two_stage = trace.get("stage_one").is_some_and(|s| !s.is_null());
 
     let first = &orders[0];
     let raw = scaled(keys, &spread(keys.len(), first, true), 1.0)?;
@@ -117,7 +105,7 @@ pub fn derive(keys: &[String], trace: &Value) -> anyhow::Result<Derived> {
     let mut sums = vec![0.0; keys.len()];
     let mut seen = vec![false; keys.len()];
     for order in &orders {
-        for (&position, &value) in order.positions.iter().zip(&order.log_probabilities) {
+        for (&position, &value) in order.positions.iter().zip(order.log_probabilities) {
             sums[position] += value;
             seen[position] = true;
         }
@@ -134,12 +122,12 @@ pub fn derive(keys: &[String], trace: &Value) -> anyhow::Result<Derived> {
         prior,
         rotated,
         rotated_scores,
-        temperature,
+        temperature: trace.temperature,
         rotations: orders.len(),
         shown: first.positions.len(),
-        candidate_mass,
+        candidate_mass: trace.candidate_mass.clone(),
         second,
-        two_stage,
+        two_stage: trace.stage_one.is_some(),
     })
 }
 
@@ -158,15 +146,15 @@ pub fn log_scores(dist: &Dist) -> Vec<f64> {
 
 /// One order's log-probabilities in canonical positions, with the prior added back (`raw`)
 /// or as traced; `-inf` where the order did not show a key.
-fn spread(len: usize, order: &Order, raw: bool) -> Vec<f64> {
+fn spread(len: usize, order: &Order<'_>, raw: bool) -> Vec<f64> {
     let mut scores = vec![f64::NEG_INFINITY; len];
     for (i, (&position, &value)) in order
         .positions
         .iter()
-        .zip(&order.log_probabilities)
+        .zip(order.log_probabilities)
         .enumerate()
     {
-        let prior = match (&order.prior, raw) {
+        let prior = match (order.prior, raw) {
             (Some(prior), true) => prior.get(i).copied().unwrap_or(0.0),
             _ => 0.0,
         };
@@ -175,59 +163,35 @@ fn spread(len: usize, order: &Order, raw: bool) -> Vec<f64> {
     scores
 }
 
-fn order(keys: &[String], rotation: &Value) -> anyhow::Result<Order> {
-    let shown = rotation
-        .get("order")
-        .and_then(Value::as_array)
-        .context("no `order` list")?;
-    let positions = shown
+fn order<'a>(keys: &[String], rotation: &'a RotationTrace) -> anyhow::Result<Order<'a>> {
+    let positions = rotation
+        .order
         .iter()
         .map(|key| {
-            let key = key.as_str().context("an order entry is not a string")?;
             keys.iter()
                 .position(|k| k == key)
                 .with_context(|| format!("the order names {key:?}, not one of {keys:?}"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let log_probabilities =
-        numbers(rotation.get("log_probabilities")).context("no `log_probabilities` list")?;
     ensure!(
-        log_probabilities.len() == positions.len(),
+        rotation.log_probabilities.len() == positions.len(),
         "{} log-probabilities for an order of {} keys",
-        log_probabilities.len(),
+        rotation.log_probabilities.len(),
         positions.len()
     );
-    let prior = match rotation.get("prior") {
-        None | Some(Value::Null) => None,
-        Some(value) => {
-            let prior = numbers(Some(value)).context("`prior` is not a list of numbers")?;
-            if prior.len() != positions.len() {
-                bail!(
-                    "a prior of {} values for an order of {} keys",
-                    prior.len(),
-                    positions.len()
-                );
-            }
-            Some(prior)
-        }
-    };
+    if let Some(prior) = &rotation.prior {
+        ensure!(
+            prior.len() == positions.len(),
+            "a prior of {} values for an order of {} keys",
+            prior.len(),
+            positions.len()
+        );
+    }
     Ok(Order {
         positions,
-        log_probabilities,
-        prior,
+        log_probabilities: &rotation.log_probabilities,
+        prior: rotation.prior.as_deref(),
     })
-}
-
-/// A JSON list of numbers; `null` entries (how JSON writes a non-finite number) read as `-inf`.
-fn numbers(value: Option<&Value>) -> Option<Vec<f64>> {
-    value?
-        .as_array()?
-        .iter()
-        .map(|v| match v {
-            Value::Null => Some(f64::NEG_INFINITY),
-            other => other.as_f64(),
-        })
-        .collect()
 }
 
 /// The index of the largest probability; the earliest key on a tie.
@@ -239,7 +203,12 @@ pub fn argmax(dist: &Dist) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
+
+    /// A question's trace as the engine writes it on the wire.
+    fn traced(value: Value) -> QuestionTrace {
+        serde_json::from_value(value).expect("a question trace in the wire shape")
+    }
 
     fn keys(names: &[&str]) -> Vec<String> {
         names.iter().map(|k| (*k).to_owned()).collect()
@@ -265,16 +234,15 @@ mod tests {
         let r1 = ls([0.0, 1.0, 3.0]);
         let traced0: Vec<f64> = (0..3).map(|i| r0[i] - prior[i]).collect();
         let traced1: Vec<f64> = (0..3).map(|i| r1[i] - prior[i]).collect();
-        let trace = json!({
-            "candidate_mass": [0.9, 0.8],
+        let trace = traced(json!({
             "rotations": [
                 {"order": ["a", "b", "c"], "log_probabilities": traced0, "prior": prior},
                 {"order": ["b", "c", "a"], "log_probabilities": traced1, "prior": prior},
             ],
             "temperature": 2.0,
+            "candidate_mass": [0.9, 0.8],
             "branch_tokens": [10, 10],
-            "stage_one": null,
-        });
+        }));
         let keys = keys(&["a", "b", "c"]);
         let d = derive(&keys, &trace).expect("a well-formed trace");
 
@@ -316,10 +284,10 @@ mod tests {
     fn without_a_prior_raw_is_the_first_order_and_prior_is_absent() {
         let lse = (0.3f64.exp() + (-0.4f64).exp()).ln();
         let two = [0.3 - lse, -0.4 - lse];
-        let trace = json!({
+        let trace = traced(json!({
             "rotations": [{"order": ["yes", "no"], "log_probabilities": two, "prior": null}],
             "temperature": 1.0,
-        });
+        }));
         let keys = keys(&["yes", "no"]);
         let d = derive(&keys, &trace).unwrap();
         assert!(d.prior.is_none());
@@ -332,11 +300,11 @@ mod tests {
     fn a_two_stage_choice_gives_dropped_options_zero() {
         // Four options; the final pass showed only c and a.
         let lse = (1.0f64.exp() + 0.0f64.exp()).ln();
-        let trace = json!({
+        let trace = traced(json!({
             "rotations": [{"order": ["c", "a"], "log_probabilities": [1.0 - lse, -lse], "prior": null}],
             "temperature": 1.0,
-            "stage_one": [{"key": "c", "log_odds_yes": 2.0}],
-        });
+            "stage_one": [{"key": "c", "log_odds_yes": 2.0}, {"key": "b", "log_odds_yes": null}],
+        }));
         let keys = keys(&["a", "b", "c", "d"]);
         let d = derive(&keys, &trace).unwrap();
         assert!(d.two_stage);
@@ -349,17 +317,21 @@ mod tests {
     #[test]
     fn malformed_traces_are_named() {
         let keys = keys(&["a", "b"]);
-        let err = derive(&keys, &json!({"temperature": 1.0})).unwrap_err();
+        let err = derive(&keys, &traced(json!({"rotations": [], "temperature": 1.0}))).unwrap_err();
         assert!(format!("{err:#}").contains("rotations"), "{err:#}");
         let err = derive(
             &keys,
-            &json!({"rotations": [{"order": ["a", "z"], "log_probabilities": [0.0, 0.0]}], "temperature": 1.0}),
+            &traced(
+                json!({"rotations": [{"order": ["a", "z"], "log_probabilities": [0.0, 0.0]}], "temperature": 1.0}),
+            ),
         )
         .unwrap_err();
         assert!(format!("{err:#}").contains("\"z\""), "{err:#}");
         let err = derive(
             &keys,
-            &json!({"rotations": [{"order": ["a", "b"], "log_probabilities": [0.0]}], "temperature": 1.0}),
+            &traced(
+                json!({"rotations": [{"order": ["a", "b"], "log_probabilities": [0.0]}], "temperature": 1.0}),
+            ),
         )
         .unwrap_err();
         assert!(

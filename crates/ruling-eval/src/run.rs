@@ -25,8 +25,9 @@ use ruling_candle::WeightDtype;
 use ruling_core::{Options, Ruling};
 use ruling_corpus::{Dataset, LoadOptions, Record, Split, answer_keys};
 use ruling_models::ModelSpec;
-use ruling_schema::{Answer, Question, SystemOneRequest, SystemOneResponse};
-use serde_json::Value;
+use ruling_schema::{
+    Answer, EvaluationTrace, Question, QuestionTrace, SystemOneRequest, SystemOneResponse,
+};
 
 use crate::client::{Client, HttpClient, Reply};
 use crate::derive::{Derived, Dist, derive};
@@ -440,7 +441,7 @@ fn evaluate_record(job: &Job<'_>, record: &Record) -> anyhow::Result<ResultLine>
         }
         let keys = answer_keys(question);
         let kind = answer_type(question);
-        let derived = derive(&keys, &trace[question_id.as_str()])
+        let derived = derive(&keys, question_trace(trace, question_id)?)
             .with_context(|| format!("question {question_id:?}: reading its trace"))?;
         check_settings(manifest, kind, question_id, &derived)?;
         let answer = answer_dist(
@@ -465,7 +466,7 @@ fn evaluate_record(job: &Job<'_>, record: &Record) -> anyhow::Result<ResultLine>
                 Some((request, response)) => Some(reversed_dists(
                     question,
                     &request.questions[question_id.as_str()],
-                    &traced(response)?[question_id.as_str()],
+                    question_trace(traced(response)?, question_id)?,
                 )?),
                 None => None,
             },
@@ -502,11 +503,21 @@ fn millis(elapsed: Duration) -> f64 {
     elapsed.as_secs_f64() * 1e3
 }
 
-fn traced(response: &SystemOneResponse) -> anyhow::Result<&Value> {
+fn traced(response: &SystemOneResponse) -> anyhow::Result<&EvaluationTrace> {
     response.evaluation_trace.as_ref().context(
         "the response has no evaluation_trace: the engine ignored \"trace\": true (is the \
          server a ruling-serve?)",
     )
+}
+
+fn question_trace<'a>(
+    trace: &'a EvaluationTrace,
+    question_id: &str,
+) -> anyhow::Result<&'a QuestionTrace> {
+    trace
+        .questions
+        .get(question_id)
+        .with_context(|| format!("the trace has no entry for question {question_id:?}"))
 }
 
 pub fn answer_type(question: &Question) -> AnswerType {
@@ -653,7 +664,7 @@ fn reversed_request(record: &Record, model: &str) -> Option<SystemOneRequest> {
 fn reversed_dists(
     original: &Question,
     reversed: &Question,
-    trace: &Value,
+    trace: &QuestionTrace,
 ) -> anyhow::Result<Reversed> {
     let keys = answer_keys(original);
     let derived =
@@ -680,8 +691,10 @@ fn reversed_dists(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use ruling_schema::RotationTrace;
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn a_reversed_score_maps_levels_back() {
@@ -700,11 +713,17 @@ mod tests {
         // Shown lowest first as the reversed question has it: high, mid, low. The engine puts
         // most weight on its level 0, which is the original "high" (level 2).
         let lse = (2.0f64.exp() + 1.0f64.exp() + 1.0).ln();
-        let trace = json!({
-            "rotations": [{"order": ["0", "1", "2"],
-                           "log_probabilities": [2.0 - lse, 1.0 - lse, -lse], "prior": null}],
-            "temperature": 1.0,
-        });
+        let trace = QuestionTrace {
+            rotations: vec![RotationTrace {
+                order: vec!["0".into(), "1".into(), "2".into()],
+                log_probabilities: vec![2.0 - lse, 1.0 - lse, -lse],
+                prior: None,
+            }],
+            temperature: 1.0,
+            candidate_mass: Vec::new(),
+            branch_tokens: Vec::new(),
+            stage_one: None,
+        };
         let back = reversed_dists(&original, reversed, &trace).unwrap();
         assert_eq!(back.raw.keys().collect::<Vec<_>>(), ["0", "1", "2"]);
         assert!((back.raw["2"] - (2.0 - lse).exp()).abs() < 1e-12);

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 mod common;
 
 use common::{ruling_eval, succeed, tiny_llama};
-use ruling_schema::{Answer, SystemOneResponse};
+use ruling_schema::{Answer, EngineKind, SystemOneResponse};
 
 const QUESTIONS: [&str; 3] = [
     "billing=noul:Is this ticket about billing?",
@@ -126,7 +126,21 @@ fn state_from_a_json_file_and_from_stdin_with_trace() {
     .0;
     let response = parse_response(&stdout);
     let trace = response.evaluation_trace.expect("--trace asks for a trace");
-    assert!(trace["billing"]["rotations"].is_array(), "{trace}");
+    assert_eq!(trace.engine, EngineKind::Decoder);
+    assert_eq!(
+        trace.questions.keys().collect::<Vec<_>>(),
+        ["billing", "team", "urgency"]
+    );
+    assert_eq!(trace.questions["billing"].rotations.len(), 1, "{trace:?}");
+    // The printed JSON is the wire shape: questions under "questions", beside the engine.
+    let printed: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let printed = &printed["evaluation_trace"];
+    assert_eq!(printed["engine"], "decoder", "{printed}");
+    assert!(
+        printed["questions"]["billing"]["rotations"].is_array(),
+        "{printed}"
+    );
+    assert!(printed["prefix_tokens"].as_u64().is_some_and(|n| n > 0));
 
     let mut child = ask(&tiny_llama(), &["--state", "-", "--json"])
         .stdin(Stdio::piped())

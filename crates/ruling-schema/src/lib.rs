@@ -1,14 +1,17 @@
 //! The System One v1 contract of ruling, with no ML in sight: the wire types clients send and
 //! receive (with their JSON Schema), the validation that turns a request body into the
 //! [`ValidRequest`] engines accept, the pydantic-shaped 422 body that validation failures
-//! become, the invariants every response must hold, and the one rendering of free-form text
-//! into prompt text. Engines, the server and the evaluator all depend on this crate; it depends
-//! on no tensor library, no async runtime and no HTTP stack.
+//! become, the invariants every response must hold, the one rendering of free-form text
+//! into prompt text, and the typed evaluation trace every engine writes. Engines, the server
+//! and the evaluator all depend on this crate; it depends on no tensor library, no async
+//! runtime and no HTTP stack.
 
 mod check;
 mod error;
 mod json;
+mod non_finite;
 pub mod text;
+pub mod trace;
 mod valid;
 mod validate;
 pub mod wire;
@@ -16,6 +19,7 @@ pub mod wire;
 pub use check::{InvariantError, SUM_TOLERANCE};
 pub use error::{ErrorDetail, LocItem, ValidationErrorBody, ValidationErrors};
 pub use text::{State, Text, render_text};
+pub use trace::{EngineKind, EvaluationTrace, QuestionTrace, RotationTrace, StageOneScore};
 pub use valid::{
     AssetData, ChoiceOption, QuestionKind, ValidAsset, ValidQuestion, ValidRequest, ValidState,
 };

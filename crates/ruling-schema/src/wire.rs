@@ -8,9 +8,9 @@
 use indexmap::IndexMap;
 use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::Value;
 
 pub use crate::text::{State, Text};
+use crate::trace::EvaluationTrace;
 
 /// `POST /v1/systemone` request body.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -205,9 +205,9 @@ pub struct SystemOneResponse {
     pub model: String,
     pub answers: IndexMap<String, Answer>,
     pub usage: Usage,
-    /// Present only when the request asked for `trace`.
+    /// What the engine computed; present only when the request asked for `trace`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub evaluation_trace: Option<Value>,
+    pub evaluation_trace: Option<EvaluationTrace>,
 }
 
 /// `GET /v1/models` response body.

@@ -247,10 +247,24 @@ fn every_answer_type_round_trips_and_holds_the_invariants() {
     assert_eq!(parsed.answers["route"].type_name(), "choice");
 
     let mut traced = body.clone();
-    traced["evaluation_trace"] = json!({"branches": 4});
-    response_round_trip(&traced)
-        .check()
-        .expect("a trace changes nothing");
+    traced["evaluation_trace"] = json!({
+        "engine": "decoder",
+        "questions": {"route": {
+            "rotations": [{"order": ["billing", "shipping", "technical", "other"],
+                           "log_probabilities": [-0.2, -3.0, null, -2.3], "prior": null}],
+            "temperature": 1.0,
+        }},
+        "prefix_tokens": 12,
+        "prefix_cached": true,
+    });
+    let parsed = response_round_trip(&traced);
+    parsed.check().expect("a trace changes nothing");
+    let trace = parsed.evaluation_trace.expect("the trace is kept");
+    let dropped = trace.questions["route"].rotations[0].log_probabilities[2];
+    assert!(
+        dropped.is_infinite() && dropped < 0.0,
+        "null reads back as -inf, not {dropped}"
+    );
 }
 
 #[test]
