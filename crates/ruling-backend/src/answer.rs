@@ -48,14 +48,13 @@ pub fn answer(
     let canonical = canonical_keys(question.kind());
     let probs: Vec<f64> = canonical
         .iter()
-        .map(|key| {
-            keys.iter()
-                .position(|k| k == key)
-                .map_or(0.0, |i| given[i])
-        })
+        .map(|key| keys.iter().position(|k| k == key).map_or(0.0, |i| given[i]))
         .collect();
-    let distribution: IndexMap<String, f64> =
-        canonical.iter().cloned().zip(probs.iter().copied()).collect();
+    let distribution: IndexMap<String, f64> = canonical
+        .iter()
+        .cloned()
+        .zip(probs.iter().copied())
+        .collect();
     Ok(match question.kind() {
         QuestionKind::Noul { .. } => Answer::Noul {
             noul: distribution.get("yes").copied().unwrap_or(0.0),
@@ -149,8 +148,14 @@ mod tests {
         );
         let forward = answer(&choice, &keys(&["a", "b", "c"]), &[-0.3, -1.7, -2.2], 1.0).unwrap();
         let shuffled = answer(&choice, &keys(&["c", "a", "b"]), &[-2.2, -0.3, -1.7], 1.0).unwrap();
-        let (Answer::Choice { probabilities: p, .. }, Answer::Choice { probabilities: q, .. }) =
-            (&forward, &shuffled)
+        let (
+            Answer::Choice {
+                probabilities: p, ..
+            },
+            Answer::Choice {
+                probabilities: q, ..
+            },
+        ) = (&forward, &shuffled)
         else {
             panic!("choice answers");
         };

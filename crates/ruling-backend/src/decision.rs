@@ -191,11 +191,6 @@ impl<B: Backend> DecoderEngine<B> {
         &self.options
     }
 
-    /// What a calibration for this engine must have been fitted for.
-    pub fn provenance(&self) -> Provenance {
-        provenance(&self.backend, &self.options)
-    }
-
     pub fn calibration(&self) -> &Calibration {
         &self.calibration
     }
@@ -457,6 +452,10 @@ impl<B: Backend> Engine for DecoderEngine<B> {
 
     fn prefix_cache_stats(&self) -> Option<PrefixCacheStats> {
         Some(self.prefixes.stats())
+    }
+
+    fn provenance(&self) -> Provenance {
+        provenance(&self.backend, &self.options)
     }
 
     fn evaluate(&self, request: &ValidRequest) -> Result<SystemOneResponse, EngineError> {

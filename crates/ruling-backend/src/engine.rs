@@ -1,5 +1,6 @@
 //! The request-answering port: what the server, the evaluator and library users call.
 
+use ruling_calibration::Provenance;
 use ruling_schema::{Capabilities, SystemOneResponse, ValidRequest};
 
 use crate::error::{BackendError, ContractError};
@@ -24,6 +25,18 @@ pub trait Engine: Send + Sync {
 
     /// Answer every question of `request`, or refuse it whole.
     fn evaluate(&self, request: &ValidRequest) -> Result<SystemOneResponse, EngineError>;
+
+    /// What a calibration of this engine must have been fitted for. The default names the
+    /// served model alone, at one rotation without the prior (test doubles need no more).
+    fn provenance(&self) -> Provenance {
+        Provenance {
+            model_id: self.info().model.clone(),
+            revision: None,
+            rotations: 1,
+            prior: false,
+            adapter_digest: None,
+        }
+    }
 
     /// How the engine's cache of encoded prefixes is doing, when it has one.
     fn prefix_cache_stats(&self) -> Option<PrefixCacheStats> {

@@ -1,0 +1,217 @@
+//! BERT (Devlin et al., 2019, arXiv:1810.04805) with explicit position ids and a 3-D
+//! attention bias, which the decision layout needs and candle-transformers' `bert` does not
+//! take (it numbers positions 0..n and masks only padding).
+//!
+//! `BertConfig` mirrors the checkpoint's `config.json`; tensor paths mirror the checkpoint's
+//! names (`embeddings.word_embeddings`, `encoder.layer.3.attention.self.query`, ...), with or
+//! without the `bert.` prefix that task heads add. Post-norm layers, absolute position
+//! embeddings, erf GELU, as in Hugging Face's `modeling_bert.py`. The parity test compares it
+//! with candle-transformers' `bert` on all-MiniLM-L6-v2 under a full mask.
+
+use candle_core::{Module, Result, Tensor};
+use candle_nn::{Embedding, VarBuilder};
+use serde::Deserialize;
+
+use crate::ops::{AttentionMask, Kernels, LayerNorm, Linear, attention};
+
+/// The activation of the feed-forward layer, as `config.json` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HiddenAct {
+    Gelu,
+    #[serde(alias = "gelu_pytorch_tanh")]
+    GeluNew,
+    Relu,
+}
+
+impl HiddenAct {
+    fn apply(self, x: &Tensor, kernels: Kernels) -> Result<Tensor> {
+        match self {
+            Self::Gelu => crate::ops::gelu_erf(x, kernels),
+            Self::GeluNew => x.gelu(),
+            Self::Relu => x.relu(),
+        }
+    }
+}
+
+fn default_type_vocab() -> usize {
+    2
+}
+
+fn default_eps() -> f64 {
+    1e-12
+}
+
+/// A BERT checkpoint's `config.json` (the fields this implementation reads).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct BertConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub hidden_act: HiddenAct,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attention_output: Linear,
+    attention_norm: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    output_norm: LayerNorm,
+}
+
+impl Layer {
+    fn load(vb: &VarBuilder<'_>, config: &BertConfig, kernels: Kernels) -> Result<Self> {
+        let h = config.hidden_size;
+        let attention = vb.pp("attention");
+        let own = attention.pp("self");
+        let out = attention.pp("output");
+        Ok(Self {
+            query: Linear::load(&own.pp("query"), h, h, true)?,
+            key: Linear::load(&own.pp("key"), h, h, true)?,
+            value: Linear::load(&own.pp("value"), h, h, true)?,
+            attention_output: Linear::load(&out.pp("dense"), h, h, true)?,
+            attention_norm: LayerNorm::load(
+                &out.pp("LayerNorm"),
+                h,
+                config.layer_norm_eps,
+                true,
+                kernels,
+            )?,
+            intermediate: Linear::load(
+                &vb.pp("intermediate.dense"),
+                h,
+                config.intermediate_size,
+                true,
+            )?,
+            output: Linear::load(&vb.pp("output.dense"), config.intermediate_size, h, true)?,
+            output_norm: LayerNorm::load(
+                &vb.pp("output.LayerNorm"),
+                h,
+                config.layer_norm_eps,
+                true,
+                kernels,
+            )?,
+        })
+    }
+
+    fn forward(
+        &self,
+        x: &Tensor,
+        mask: &AttentionMask,
+        heads: usize,
+        act: HiddenAct,
+        kernels: Kernels,
+    ) -> Result<Tensor> {
+        let q = self.query.forward(x)?;
+        let k = self.key.forward(x)?;
+        let v = self.value.forward(x)?;
+        let context = attention(&q, &k, &v, heads, mask, kernels)?;
+        let x = self
+            .attention_norm
+            .forward(&(self.attention_output.forward(&context)? + x)?)?;
+        let inner = act.apply(&self.intermediate.forward(&x)?, kernels)?;
+        self.output_norm
+            .forward(&(self.output.forward(&inner)? + x)?)
+    }
+}
+
+/// The BERT encoder stack: embeddings and layers, no pooler and no task head.
+#[derive(Debug, Clone)]
+pub struct Bert {
+    config: BertConfig,
+    word_embeddings: Embedding,
+    position_embeddings: Embedding,
+    /// Row 0 of the token-type table: every token of the decision layout is type 0.
+    token_type: Tensor,
+    embeddings_norm: LayerNorm,
+    layers: Vec<Layer>,
+    kernels: Kernels,
+}
+
+impl Bert {
+    /// The tensor names every BERT checkpoint has, relative to the model's root (for telling a
+    /// BERT checkpoint's prefix and for naming what an incomplete one lacks).
+    pub const EMBEDDINGS: &'static str = "embeddings.word_embeddings.weight";
+
+    pub fn load(vb: VarBuilder<'_>, config: &BertConfig, kernels: Kernels) -> Result<Self> {
+        let vb = if vb.contains_tensor(&format!("bert.{}", Self::EMBEDDINGS)) {
+            vb.pp("bert")
+        } else {
+            vb
+        };
+        let h = config.hidden_size;
+        let embeddings = vb.pp("embeddings");
+        let word_embeddings = Embedding::new(
+            embeddings.get((config.vocab_size, h), "word_embeddings.weight")?,
+            h,
+        );
+        let position_embeddings = Embedding::new(
+            embeddings.get(
+                (config.max_position_embeddings, h),
+                "position_embeddings.weight",
+            )?,
+            h,
+        );
+        let token_type = embeddings
+            .get((config.type_vocab_size, h), "token_type_embeddings.weight")?
+            .get(0)?;
+        let embeddings_norm = LayerNorm::load(
+            &embeddings.pp("LayerNorm"),
+            h,
+            config.layer_norm_eps,
+            true,
+            kernels,
+        )?;
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| Layer::load(&vb.pp(format!("encoder.layer.{i}")), config, kernels))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            config: config.clone(),
+            word_embeddings,
+            position_embeddings,
+            token_type,
+            embeddings_norm,
+            layers,
+            kernels,
+        })
+    }
+
+    pub fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    /// Hidden states `[batch, n, hidden]` of `tokens` and `positions` (`[batch, n]`, u32) under
+    /// an attention `mask`.
+    pub fn forward(
+        &self,
+        tokens: &Tensor,
+        positions: &Tensor,
+        mask: &AttentionMask,
+    ) -> Result<Tensor> {
+        let x = (self.word_embeddings.forward(tokens)?
+            + self.position_embeddings.forward(positions)?)?
+        .broadcast_add(&self.token_type)?;
+        let mut x = self.embeddings_norm.forward(&x)?;
+        for layer in &self.layers {
+            x = layer.forward(
+                &x,
+                mask,
+                self.config.num_attention_heads,
+                self.config.hidden_act,
+                self.kernels,
+            )?;
+        }
+        Ok(x)
+    }
+}

@@ -1,0 +1,300 @@
+//! The few tensor operations both encoder families share, in two flavours.
+//!
+//! candle's fused CPU kernels for layer norm and softmax are fast but carry no gradient
+//! (upstream candle issues #2168, #2977, #3011), and its differentiable versions are built
+//! from a dozen slow elementwise operations, so a model that is being trained uses the kernels
+//! of [`crate::kernels`], which carry their own gradients. [`Kernels`] says which flavour a
+//! model runs: serving uses candle's fused ones, training ours. Both compute the same function;
+//! they differ only in floating-point rounding.
+
+use candle_core::{D, DType, Device, Module, Result, Tensor};
+
+use crate::layout::LayoutPlan;
+
+/// Which implementation of layer norm and softmax a model uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kernels {
+    /// candle's fused CPU kernels: for inference.
+    #[default]
+    Fused,
+    /// Plain operations that backpropagate: for training.
+    Differentiable,
+}
+
+/// A dense layer whose input may have any number of leading dimensions; they are flattened so
+/// one matrix product covers every row of a batch.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Self { weight, bias }
+    }
+
+    pub fn load(
+        vb: &candle_nn::VarBuilder<'_>,
+        inputs: usize,
+        outputs: usize,
+        bias: bool,
+    ) -> Result<Self> {
+        let weight = vb.get((outputs, inputs), "weight")?;
+        let bias = if bias {
+            Some(vb.get(outputs, "bias")?)
+        } else {
+            None
+        };
+        Ok(Self { weight, bias })
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dims = x.dims();
+        let inputs = dims[dims.len() - 1];
+        let rows = x.elem_count() / inputs.max(1);
+        let y = x.reshape((rows, inputs))?.matmul(&self.weight.t()?)?;
+        let y = match &self.bias {
+            Some(bias) => y.broadcast_add(bias)?,
+            None => y,
+        };
+        let mut shape = dims.to_vec();
+        *shape
+            .last_mut()
+            .expect("a linear input has a last dimension") = self.weight.dim(0)?;
+        y.reshape(shape)
+    }
+}
+
+/// Layer normalisation over the last dimension, with or without a bias.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Option<Tensor>,
+    eps: f64,
+    kernels: Kernels,
+}
+
+impl LayerNorm {
+    pub fn load(
+        vb: &candle_nn::VarBuilder<'_>,
+        size: usize,
+        eps: f64,
+        bias: bool,
+        kernels: Kernels,
+    ) -> Result<Self> {
+        let weight = vb.get(size, "weight")?;
+        let bias = if bias {
+            Some(vb.get(size, "bias")?)
+        } else {
+            None
+        };
+        Ok(Self {
+            weight,
+            bias,
+            eps,
+            kernels,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if self.kernels == Kernels::Fused && x.is_contiguous() && x.dtype() == DType::F32 {
+            let zeros;
+            let bias = match &self.bias {
+                Some(bias) => bias,
+                None => {
+                    zeros = self.weight.zeros_like()?;
+                    &zeros
+                }
+            };
+            return candle_nn::ops::layer_norm(x, &self.weight, bias, self.eps as f32);
+        }
+        let normed = crate::kernels::standardize(x, self.eps)?;
+        let scaled = normed.broadcast_mul(&self.weight)?;
+        match &self.bias {
+            Some(bias) => scaled.broadcast_add(bias),
+            None => Ok(scaled),
+        }
+    }
+}
+
+/// Softmax over the last dimension.
+pub fn softmax_last(x: &Tensor, kernels: Kernels) -> Result<Tensor> {
+    match kernels {
+        Kernels::Fused => candle_nn::ops::softmax_last_dim(x),
+        Kernels::Differentiable => crate::kernels::softmax(x),
+    }
+}
+
+/// Who attends to whom: a dense additive bias, or the decision layout's factored mask.
+#[derive(Debug, Clone)]
+pub enum AttentionMask {
+    /// `[batch, n, n]` additive bias (0 where a token may attend, `f32::MIN` where not).
+    Dense(Tensor),
+    /// The decision layout per part ([`crate::layout`]); the batch is one row.
+    Grouped(GroupedMask),
+}
+
+/// [`LayoutPlan`] as tensors.
+#[derive(Debug, Clone)]
+pub struct GroupedMask {
+    buckets: Vec<Bucket>,
+    gather: Tensor,
+}
+
+#[derive(Debug, Clone)]
+struct Bucket {
+    units: usize,
+    queries: usize,
+    keys: usize,
+    query_index: Tensor,
+    key_index: Tensor,
+    /// `[units, 1, 1 or queries, keys]`.
+    bias: Tensor,
+}
+
+impl GroupedMask {
+    pub fn new(plan: &LayoutPlan, device: &Device) -> Result<Self> {
+        let buckets = plan
+            .buckets
+            .iter()
+            .map(|b| {
+                Ok(Bucket {
+                    units: b.units,
+                    queries: b.queries,
+                    keys: b.keys,
+                    query_index: Tensor::from_slice(&b.query_index, b.query_index.len(), device)?,
+                    key_index: Tensor::from_slice(&b.key_index, b.key_index.len(), device)?,
+                    bias: Tensor::from_slice(
+                        &b.key_bias,
+                        (b.units, 1, b.bias_rows, b.keys),
+                        device,
+                    )?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            buckets,
+            gather: Tensor::from_slice(&plan.gather, plan.gather.len(), device)?,
+        })
+    }
+}
+
+impl AttentionMask {
+    /// The mask with every query-key pair more than `reach` positions apart masked as well
+    /// (ModernBERT's local layers). `positions` is `[batch, n]`.
+    pub fn within(&self, positions: &Tensor, reach: usize) -> Result<Self> {
+        let far = |q: &Tensor, k: &Tensor| -> Result<Tensor> {
+            let q = q.to_dtype(DType::F32)?;
+            let k = k.to_dtype(DType::F32)?;
+            q.unsqueeze(D::Minus1)?
+                .broadcast_sub(&k.unsqueeze(D::Minus2)?)?
+                .abs()?
+                .gt(reach as f64)
+        };
+        match self {
+            Self::Dense(bias) => {
+                let far = far(positions, positions)?;
+                let blocked = Tensor::full(f32::MIN, bias.shape(), bias.device())?;
+                Ok(Self::Dense(far.where_cond(&blocked, bias)?))
+            }
+            Self::Grouped(mask) => {
+                let flat = positions.flatten_all()?;
+                let buckets = mask
+                    .buckets
+                    .iter()
+                    .map(|b| {
+                        let q = flat
+                            .index_select(&b.query_index, 0)?
+                            .reshape((b.units, b.queries))?;
+                        let k = flat
+                            .index_select(&b.key_index, 0)?
+                            .reshape((b.units, b.keys))?;
+                        let far = far(&q, &k)?.unsqueeze(1)?;
+                        let bias = b.bias.broadcast_as((b.units, 1, b.queries, b.keys))?;
+                        let blocked = Tensor::full(f32::MIN, bias.shape(), bias.device())?;
+                        Ok(Bucket {
+                            bias: far.where_cond(&blocked, &bias.contiguous()?)?,
+                            ..b.clone()
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Self::Grouped(GroupedMask {
+                    buckets,
+                    gather: mask.gather.clone(),
+                }))
+            }
+        }
+    }
+}
+
+/// Multi-head scaled dot-product attention of `[batch, n, heads * head_dim]` queries, keys and
+/// values under `mask`, giving `[batch, n, heads * head_dim]`.
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    heads: usize,
+    mask: &AttentionMask,
+    kernels: Kernels,
+) -> Result<Tensor> {
+    let (batch, n, width) = q.dims3()?;
+    let head_dim = width / heads;
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    match mask {
+        AttentionMask::Dense(bias) => {
+            let (q, k, v) = (
+                split_heads(q, heads)?,
+                split_heads(k, heads)?,
+                split_heads(v, heads)?,
+            );
+            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&bias.unsqueeze(1)?)?;
+            softmax_last(&scores, kernels)?
+                .matmul(&v)?
+                .transpose(1, 2)?
+                .reshape((batch, n, width))
+        }
+        AttentionMask::Grouped(grouped) => {
+            if batch != 1 {
+                candle_core::bail!("a grouped mask lays the batch out as one row, not {batch}");
+            }
+            let (q, k, v) = (q.squeeze(0)?, k.squeeze(0)?, v.squeeze(0)?);
+            let gathered = |x: &Tensor, index: &Tensor, units: usize, rows: usize| {
+                x.index_select(index, 0)?
+                    .reshape((units, rows, heads, head_dim))?
+                    .transpose(1, 2)?
+                    .contiguous()
+            };
+            let mut outputs = Vec::with_capacity(grouped.buckets.len());
+            for b in &grouped.buckets {
+                let qb = gathered(&q, &b.query_index, b.units, b.queries)?;
+                let kb = gathered(&k, &b.key_index, b.units, b.keys)?;
+                let vb = gathered(&v, &b.key_index, b.units, b.keys)?;
+                let scores = (qb.matmul(&kb.t()?)? * scale)?.broadcast_add(&b.bias)?;
+                let out = softmax_last(&scores, kernels)?.matmul(&vb)?;
+                outputs.push(out.transpose(1, 2)?.reshape((b.units * b.queries, width))?);
+            }
+            Tensor::cat(&outputs, 0)?
+                .index_select(&grouped.gather, 0)?
+                .reshape((1, n, width))
+        }
+    }
+}
+
+/// `[batch, n, heads * head_dim]` as `[batch, heads, n, head_dim]`, contiguous.
+pub fn split_heads(x: &Tensor, heads: usize) -> Result<Tensor> {
+    let (batch, n, width) = x.dims3()?;
+    x.reshape((batch, n, heads, width / heads))?
+        .transpose(1, 2)?
+        .contiguous()
+}
+
+/// GELU in its exact (erf) form, for the feed-forward layers: [`crate::kernels::gelu`] in both
+/// flavours (candle's `gelu_erf` calls libm's scalar `erf`, a fifth of a forward pass here).
+pub fn gelu_erf(x: &Tensor, _kernels: Kernels) -> Result<Tensor> {
+    crate::kernels::gelu(x)
+}
