@@ -36,15 +36,19 @@
 //!
 //! [`Ruling`] is `Send + Sync`: one loaded model serves concurrent callers.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use ruling_backend::{DecoderEngine, Engine, EngineError, EngineInfo, EngineOptions};
 use ruling_calibration::{Calibration, CalibrationError};
 use ruling_candle::{CandleBackend, LoadError, LoadOptions, WeightDtype};
+use ruling_encoder::{EncoderEngine, EncoderError, EncoderOptions};
 use ruling_models::{LocalModel, ModelSpec, PullError, PullOptions, SpecError};
 use ruling_schema::{SystemOneRequest, SystemOneResponse, ValidRequest, ValidationErrors};
 
 pub use ruling_backend::EngineInfo as Info;
+
+/// The spec prefix that names a decision checkpoint directory: `encoder:PATH`.
+pub const ENCODER_PREFIX: &str = "encoder:";
 pub use ruling_backend::PrefixCacheStats;
 
 /// How to load and run a model. `Default` is what the server uses without flags.
@@ -101,12 +105,21 @@ pub enum CoreError {
     #[error(transparent)]
     Calibration(#[from] CalibrationError),
     #[error(transparent)]
+    Encoder(#[from] EncoderError),
+    #[error(transparent)]
     Engine(#[from] EngineError),
     /// The request broke the wire format or this model's limits.
     #[error("invalid request: {0}")]
     Invalid(#[from] ValidationErrors),
-    #[error("{0} is a {1} model; ruling-core answers with decoder models so far")]
-    NotADecoder(String, &'static str),
+    /// A decoder setting given for a decision encoder, which answers in one pass.
+    #[error(
+        "{model} is a decision encoder: it answers every question in one pass, with no rotations \
+         and no prior; drop {setting}"
+    )]
+    NotForEncoder {
+        model: String,
+        setting: &'static str,
+    },
 }
 
 /// A loaded model with its engine, ready to answer requests.
@@ -123,9 +136,14 @@ impl std::fmt::Debug for Ruling {
 }
 
 impl Ruling {
-    /// Load a model spec (a catalog name, `hf:org/repo[@rev]`, or a local path), pulling it
-    /// into the cache first if needed, and build its engine.
+    /// Load a model spec, pulling it into the cache first if needed, and build its engine: a
+    /// decision encoder for `encoder:PATH` or any directory holding a trained decision
+    /// checkpoint (`decision.json`), the decoder engine for everything else (a catalog name,
+    /// `hf:org/repo[@rev]`, a `.gguf` file or a model directory).
     pub fn load(spec: &str, options: &Options) -> Result<Self, CoreError> {
+        if let Some(path) = spec.strip_prefix(ENCODER_PREFIX) {
+            return Self::load_encoder(Path::new(path), options);
+        }
         let spec = ModelSpec::parse(spec)?;
         let mut pull = match &options.cache_dir {
             Some(dir) => PullOptions::new(dir),
@@ -137,6 +155,9 @@ impl Ruling {
         let path = match &local {
             LocalModel::Gguf { path } | LocalModel::Directory { path } => path.clone(),
         };
+        if path.join(ruling_encoder::checkpoint::META_FILE).is_file() {
+            return Self::load_encoder(&path, options);
+        }
         let load = LoadOptions {
             dtype: options.dtype,
             context_length: options.max_context,
@@ -164,6 +185,42 @@ impl Ruling {
         })
     }
 
+    /// A trained decision checkpoint directory behind [`EncoderEngine`]. It applies its own
+    /// `calibration.json` unless `options.calibration` names another.
+    fn load_encoder(dir: &Path, options: &Options) -> Result<Self, CoreError> {
+        let model = dir.display().to_string();
+        if options.rotations != 1 {
+            return Err(CoreError::NotForEncoder {
+                model,
+                setting: "--rotations",
+            });
+        }
+        if options.prior {
+            return Err(CoreError::NotForEncoder {
+                model,
+                setting: "--prior",
+            });
+        }
+        let calibration = options
+            .calibration
+            .as_ref()
+            .map(Calibration::load)
+            .transpose()?;
+        let engine = EncoderEngine::load(
+            dir,
+            EncoderOptions {
+                served_name: options.served_name.clone(),
+                calibration,
+                max_request_tokens: options
+                    .max_request_tokens
+                    .min(ruling_encoder::DEFAULT_MAX_REQUEST_TOKENS),
+            },
+        )?;
+        Ok(Self {
+            engine: Box::new(engine),
+        })
+    }
+
     /// Wrap an engine built elsewhere (another backend, a test double).
     pub fn from_engine(engine: Box<dyn Engine>) -> Self {
         Self { engine }
@@ -171,6 +228,11 @@ impl Ruling {
 
     pub fn info(&self) -> &EngineInfo {
         self.engine.info()
+    }
+
+    /// What a calibration of the loaded engine must have been fitted for.
+    pub fn provenance(&self) -> ruling_calibration::Provenance {
+        self.engine.provenance()
     }
 
     /// Hits, misses and occupancy of the engine's prefix cache, when it has one.

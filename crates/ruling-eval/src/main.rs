@@ -114,7 +114,11 @@ pub(crate) fn parse_dtype(given: &str) -> Result<WeightDtype, String> {
         .ok_or_else(|| format!("unknown dtype {given:?}; expected auto, native, f32, f16 or q8_0"))
 }
 
+#[global_allocator]
+static ALLOCATOR: ruling_alloc::Allocator = ruling_alloc::Allocator;
+
 fn main() -> anyhow::Result<()> {
+    ruling_alloc::settle();
     let cli = Cli::parse();
     match cli.command {
         Command::Ask(args) => ask(args),

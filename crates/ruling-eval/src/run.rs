@@ -244,7 +244,8 @@ fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'stat
         ..Options::default()
     };
     let ruling = Ruling::load(spec, &options).with_context(|| format!("loading model {spec}"))?;
-    let (model_id, revision) = identity(spec)?;
+    let engine = ruling.provenance();
+    let (model_id, revision) = (engine.model_id, engine.revision);
     ensure!(
         ruling.info().model == model_id,
         "the engine calls the model {:?} but its provenance would say {model_id:?}; a \

@@ -124,7 +124,11 @@ struct PullArgs {
     no_hub: bool,
 }
 
+#[global_allocator]
+static ALLOCATOR: ruling_alloc::Allocator = ruling_alloc::Allocator;
+
 fn main() -> anyhow::Result<()> {
+    ruling_alloc::settle();
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Pull(args)) => pull(args),

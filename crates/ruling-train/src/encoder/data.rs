@@ -1,0 +1,261 @@
+//! Records into training examples: gathered, checked, split, packed, and batched.
+//!
+//! Every input is checked before anything is written: a malformed JSONL line names its file and
+//! line, a record that is not a valid System One request names its id, and a state that appears
+//! in any held-out split of `shared/datasets` stops the run with the count (the builder drops
+//! such rows from the datasets; a record file may still carry some). The split into training
+//! and validation is by a hash of the state, so it does not depend on the order records come
+//! in, and no state is on both sides.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use ruling_corpus::{HeldOutStates, Record, TrainingOptions, TrainingSource, state_key};
+use ruling_encoder::train::Example;
+use ruling_encoder::{EncoderQuestion, EncoderTokenizer, Limits, PrepareError, prepare};
+use ruling_schema::Capabilities;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// A record file given with `--data`, and its digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFile {
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
+/// Where the records come from.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    pub root: PathBuf,
+    pub datasets: Vec<TrainingSource>,
+    pub per_source: Option<usize>,
+    /// Per-source caps that replace `per_source` for the sources they name.
+    pub caps: BTreeMap<String, usize>,
+    pub files: Vec<PathBuf>,
+    pub seed: u64,
+}
+
+/// The records of a run, checked, with what they were made from.
+#[derive(Debug)]
+pub struct Gathered {
+    pub records: Vec<Record>,
+    pub files: Vec<DataFile>,
+    /// sha256 over every record as JSON lines, in order: the run's data identity.
+    pub records_sha256: String,
+    /// Records per family, for the log.
+    pub families: BTreeMap<String, usize>,
+}
+
+/// Read the datasets and record files, check every record, refuse held-out states.
+pub fn gather(sources: &Sources) -> anyhow::Result<Gathered> {
+    let mut records = Vec::new();
+    for source in &sources.datasets {
+        let built = ruling_corpus::build_training_set(&TrainingOptions {
+            root: Some(sources.root.clone()),
+            seed: sources.seed,
+            per_source: sources
+                .caps
+                .get(source.as_str())
+                .copied()
+                .or(sources.per_source),
+            sources: vec![*source],
+        })
+        .with_context(|| format!("building the {source} training records"))?;
+        for report in &built.report {
+            eprintln!(
+                "data: {:<18} {:>6} rows -> {:>6} records, {:>6} questions ({} held-out states dropped)",
+                report.source,
+                report.rows,
+                report.records,
+                report.questions,
+                report.dropped_held_out
+            );
+        }
+        records.extend(built.records);
+    }
+    let mut files = Vec::new();
+    for path in &sources.files {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let read = ruling_corpus::read_jsonl(path)?;
+        eprintln!("data: {} records from {}", read.len(), path.display());
+        files.push(DataFile {
+            path: path.clone(),
+            sha256: hex(&Sha256::digest(&bytes)),
+        });
+        for record in &read {
+            record
+                .validate(&Capabilities::default())
+                .with_context(|| format!("{}", path.display()))?;
+        }
+        records.extend(read);
+    }
+    if records.is_empty() {
+        bail!("no training records: give --datasets, --data FILE.jsonl, or both");
+    }
+    let held_out = ruling_corpus::held_out_states(&sources.root)
+        .context("reading the held-out splits for the overlap check")?;
+    refuse_held_out(&records, &held_out)?;
+
+    let mut digest = Sha256::new();
+    let mut families = BTreeMap::new();
+    for record in &records {
+        digest.update(serde_json::to_vec(record)?);
+        digest.update(b"\n");
+        *families.entry(record.family.clone()).or_insert(0) += 1;
+    }
+    Ok(Gathered {
+        records,
+        files,
+        records_sha256: hex(&digest.finalize()),
+        families,
+    })
+}
+
+/// Stop when any record's state is one a held-out split holds, naming a few of them.
+pub fn refuse_held_out(records: &[Record], held_out: &HeldOutStates) -> anyhow::Result<()> {
+    let overlapping: Vec<&Record> = records
+        .iter()
+        .filter(|r| held_out.contains(&r.state))
+        .collect();
+    if !overlapping.is_empty() {
+        let examples: Vec<&str> = overlapping.iter().take(5).map(|r| r.display_id()).collect();
+        bail!(
+            "{} training records have a state that a held-out evaluation split also holds \
+             (for instance {}); held-out data is for reporting only: remove them",
+            overlapping.len(),
+            examples.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Training and validation records, split by a hash of each state.
+pub fn split(records: Vec<Record>, valid_fraction: f64) -> (Vec<Record>, Vec<Record>) {
+    records.into_iter().partition(|record| {
+        let digest = Sha256::digest(state_key(&record.state).as_bytes());
+        let mut head = [0u8; 8];
+        head.copy_from_slice(&digest[..8]);
+        (u64::from_be_bytes(head) as f64 / 2f64.powi(64)) >= valid_fraction
+    })
+}
+
+/// What packing the records left out.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Skipped {
+    pub unlabelled: usize,
+    pub too_long: usize,
+    pub weightless: usize,
+}
+
+/// One example per record that has a labelled question, packed exactly as the engine packs it.
+pub fn examples(
+    records: &[Record],
+    tokenizer: &EncoderTokenizer,
+    limits: Limits,
+) -> anyhow::Result<(Vec<Example>, Vec<String>, Skipped)> {
+    let mut out = Vec::with_capacity(records.len());
+    let mut families = Vec::with_capacity(records.len());
+    let mut skipped = Skipped::default();
+    for record in records {
+        if record.weight == 0.0 {
+            skipped.weightless += 1;
+            continue;
+        }
+        let valid = record.validate(&Capabilities::default())?;
+        let mut questions = Vec::new();
+        let mut targets = Vec::new();
+        for question in valid.questions() {
+            let Some(target) = record.target_distribution(question.id()) else {
+                continue;
+            };
+            let Some(encoded) = EncoderQuestion::from_valid(question) else {
+                continue;
+            };
+            let target: Vec<f32> = encoded
+                .options
+                .iter()
+                .map(|(key, _)| target.get(key).copied().unwrap_or(0.0) as f32)
+                .collect();
+            questions.push(encoded);
+            targets.push(target);
+        }
+        if questions.is_empty() {
+            skipped.unlabelled += 1;
+            continue;
+        }
+        let prepared = match prepare(tokenizer, &valid.state().render(), &questions, limits) {
+            Ok(prepared) => prepared,
+            Err(PrepareError::Pack { .. }) => {
+                skipped.too_long += 1;
+                continue;
+            }
+            Err(other) => return Err(other.into()),
+        };
+        let targets = prepared
+            .order
+            .iter()
+            .map(|&q| {
+                prepared.sorted_options[q]
+                    .iter()
+                    .map(|&o| targets[q][o])
+                    .collect()
+            })
+            .collect();
+        let kinds = prepared.order.iter().map(|&q| questions[q].kind).collect();
+        out.push(Example {
+            packed: prepared.packed,
+            targets,
+            kinds,
+            weight: record.weight as f32,
+        });
+        families.push(record.family.clone());
+    }
+    Ok((out, families, skipped))
+}
+
+/// The batches of one epoch, as example indices: a seeded permutation, cut into chunks, each
+/// chunk sorted by length (a batch's attention pads every record to its longest) and cut into
+/// batches of at most `budget` tokens, the batches shuffled. The same seed and epoch always
+/// give the same batches.
+pub fn epoch_batches(
+    examples: &[Example],
+    seed: u64,
+    epoch: u64,
+    budget: usize,
+) -> Vec<Vec<usize>> {
+    const CHUNK: usize = 1024;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    order.shuffle(&mut rng);
+    let mut batches = Vec::new();
+    for chunk in order.chunks(CHUNK) {
+        let mut chunk = chunk.to_vec();
+        chunk.sort_by_key(|&i| (examples[i].packed.len(), i));
+        let mut current = Vec::new();
+        let mut tokens = 0;
+        for i in chunk {
+            let len = examples[i].packed.len();
+            if !current.is_empty() && tokens + len > budget {
+                batches.push(std::mem::take(&mut current));
+                tokens = 0;
+            }
+            current.push(i);
+            tokens += len;
+        }
+        if !current.is_empty() {
+            batches.push(current);
+        }
+    }
+    batches.shuffle(&mut rng);
+    batches
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

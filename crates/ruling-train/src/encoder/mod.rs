@@ -1,0 +1,781 @@
+//! `ruling-train encoder`: full fine-tuning of a decision encoder (seed
+//! `ruling/decision_train.py`).
+//!
+//! Each example is a whole record: its state and every labelled question, packed exactly as
+//! `EncoderEngine` packs a request. The loss is cross-entropy against each question's target
+//! (soft where raters disagreed). AdamW with a higher learning rate for the fresh head than
+//! for the pretrained encoder, linear warm-up and cosine decay, gradient clipping; batches by a
+//! token budget, grouped by length. Validation every `--eval-every` steps (loss, accuracy, ECE,
+//! coverage at 5% error); the best checkpoint by validation loss is the output.
+//!
+//! A run can be killed at any moment and resumed with the same command: the run state (weights,
+//! AdamW moments, the data stream's position, the history) is saved at every validation into a
+//! new step directory, and a `latest` pointer written last names the complete one. Resuming
+//! gives bit-identical weights to a run that was never stopped.
+
+mod data;
+mod state;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use candle_core::{DType, Device};
+use indicatif::{ProgressBar, ProgressStyle};
+use ruling_corpus::TrainingSource;
+use ruling_encoder::checkpoint::{
+    BaseIdentity, CheckpointMeta, META_FILE, NewCheckpoint, safetensors_bytes, write_atomic,
+};
+use ruling_encoder::train::{
+    AdamW, Example, Freeze, GroupSettings, TrainBatch, Trainable, schedule,
+};
+use ruling_encoder::{DecisionModel, EncoderFiles, Kernels, Limits};
+use serde::{Deserialize, Serialize};
+
+use data::{DataFile, Sources};
+use state::RunState;
+
+/// Arguments of `ruling-train encoder`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EncoderArgs {
+    /// The encoder to fine-tune: a catalog name (`minilm-l6`) or a directory with config.json,
+    /// tokenizer.json and model.safetensors.
+    #[arg(long, default_value = "minilm-l6")]
+    pub base: String,
+    /// Where the trained checkpoint goes (and the run state, under `run/`). Rerunning the same
+    /// command resumes a killed run.
+    #[arg(long)]
+    pub output: PathBuf,
+    /// The checkpoint's name: what responses, reports and calibration files call it.
+    #[arg(long, default_value = "ruling-judge-minilm-l6")]
+    pub name: String,
+    /// Training sources from the development side of the datasets (comma-separated, or `all`,
+    /// or `none`): clinc150, hwu64, snips, boolq, sst5, chaosnli-snli, chaosnli-mnli, snli, cb,
+    /// rte, goemotions, medical-abstracts.
+    #[arg(long, default_value = "all", value_delimiter = ',')]
+    pub datasets: Vec<String>,
+    /// At most this many rows of each source (a seeded sample).
+    #[arg(long)]
+    pub per_source: Option<usize>,
+    /// A cap for one source that replaces --per-source for it (repeatable): `clinc150=6000`.
+    #[arg(long = "cap", value_parser = parse_cap)]
+    pub caps: Vec<(String, usize)>,
+    /// More training records, as JSONL files of DESIGN.md's record format (repeatable).
+    #[arg(long = "data")]
+    pub data: Vec<PathBuf>,
+    /// The datasets folder [default: `RULING_DATASETS`, else `shared/datasets` beside the
+    /// workspace].
+    #[arg(long)]
+    pub datasets_root: Option<PathBuf>,
+    /// Optimiser steps.
+    #[arg(long, default_value_t = 1200)]
+    pub steps: u64,
+    /// Tokens per batch (records are laid end to end, so this is the work of one step).
+    #[arg(long, default_value_t = 4096)]
+    pub batch_tokens: usize,
+    /// Peak learning rate of the encoder.
+    #[arg(long, default_value_t = 5e-5)]
+    pub learning_rate: f64,
+    /// Peak learning rate of the fresh score head.
+    #[arg(long, default_value_t = 1e-3)]
+    pub head_learning_rate: f64,
+    #[arg(long, default_value_t = 0.01)]
+    pub weight_decay: f64,
+    /// Steps of linear warm-up.
+    #[arg(long, default_value_t = 60)]
+    pub warmup: u64,
+    /// Gradients are scaled down to this global norm.
+    #[arg(long, default_value_t = 1.0)]
+    pub max_grad_norm: f64,
+    /// Records packing to more tokens than this are left out.
+    #[arg(long, default_value_t = 1024)]
+    pub max_tokens: usize,
+    /// Share of records (by a hash of the state) held out for validation.
+    #[arg(long, default_value_t = 0.02)]
+    pub valid_fraction: f64,
+    /// At most this many validation records are scored at each validation.
+    #[arg(long, default_value_t = 600)]
+    pub valid_records: usize,
+    /// Validate, keep the best checkpoint and save the run state every this many steps.
+    #[arg(long, default_value_t = 100)]
+    pub eval_every: u64,
+    /// Seeds the data sample, the split order and every batch.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Train the token embedding table too (by default it stays as the base has it: on a CPU
+    /// its dense gradient costs more than the rest of the backward pass).
+    #[arg(long)]
+    pub train_embeddings: bool,
+    /// Precision of the written checkpoint's weights: f16 (half the size) or f32.
+    #[arg(long, default_value = "f16")]
+    pub dtype: String,
+    /// The model cache [default: `RULING_CACHE`, else the platform cache directory].
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// Everything that decides a run's result; a resumed run must match it (the step count may
+/// grow, to continue a finished run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    pub base: String,
+    pub base_weights_sha256: String,
+    pub name: String,
+    pub datasets: Vec<String>,
+    pub per_source: Option<usize>,
+    #[serde(default)]
+    pub caps: std::collections::BTreeMap<String, usize>,
+    pub data: Vec<DataFile>,
+    pub records_sha256: String,
+    pub steps: u64,
+    pub batch_tokens: usize,
+    pub learning_rate: f64,
+    pub head_learning_rate: f64,
+    pub weight_decay: f64,
+    pub warmup: u64,
+    pub max_grad_norm: f64,
+    pub max_tokens: usize,
+    pub valid_fraction: f64,
+    pub valid_records: usize,
+    pub eval_every: u64,
+    pub seed: u64,
+    pub dtype: String,
+    pub train_embeddings: bool,
+}
+
+impl TrainConfig {
+    /// The fields `other` sets differently, `steps` aside. Exact comparison, floats included:
+    /// a resumed run continues only with the very settings it started with.
+    #[allow(clippy::float_cmp)]
+    fn differences(&self, other: &TrainConfig) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        macro_rules! compare {
+            ($($field:ident),*) => {
+                $(if self.$field != other.$field { out.push(stringify!($field)); })*
+            };
+        }
+        compare!(
+            base,
+            base_weights_sha256,
+            name,
+            datasets,
+            per_source,
+            caps,
+            data,
+            records_sha256,
+            batch_tokens,
+            learning_rate,
+            head_learning_rate,
+            weight_decay,
+            warmup,
+            max_grad_norm,
+            max_tokens,
+            valid_fraction,
+            valid_records,
+            eval_every,
+            seed,
+            dtype,
+            train_embeddings
+        );
+        out
+    }
+}
+
+/// One validation's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Validation {
+    pub step: u64,
+    pub loss: f64,
+    pub accuracy: f64,
+    pub expected_calibration_error: f64,
+    pub coverage_at_5pct_error: f64,
+    pub questions: usize,
+    /// Accuracy per record family.
+    pub families: std::collections::BTreeMap<String, f64>,
+    #[serde(default)]
+    pub train_loss: Option<f64>,
+    #[serde(default)]
+    pub tokens_per_second: Option<f64>,
+}
+
+pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let dtype = match args.dtype.as_str() {
+        "f16" => DType::F16,
+        "f32" => DType::F32,
+        other => bail!("--dtype {other:?}: expected f16 or f32"),
+    };
+    let datasets = parse_sources(&args.datasets)?;
+    let base_dir = resolve_base(&args.base, args.cache_dir.as_deref())?;
+    let base = EncoderFiles::open(&base_dir)
+        .with_context(|| format!("opening the base encoder {}", base_dir.display()))?;
+    let problems = base.problems(false)?;
+    if !problems.is_empty() {
+        bail!(
+            "the base encoder {} is incomplete or not of its config's shape: it lacks {}",
+            base_dir.display(),
+            problems.join(", ")
+        );
+    }
+    let root = args
+        .datasets_root
+        .clone()
+        .unwrap_or_else(ruling_corpus::default_root);
+    let gathered = data::gather(&Sources {
+        root,
+        datasets: datasets.clone(),
+        per_source: args.per_source,
+        caps: args.caps.iter().cloned().collect(),
+        files: args.data.clone(),
+        seed: args.seed,
+    })?;
+    let config = TrainConfig {
+        base: args.base.clone(),
+        base_weights_sha256: base_identity(&base).weights_sha256,
+        name: args.name.clone(),
+        datasets: datasets.iter().map(ToString::to_string).collect(),
+        per_source: args.per_source,
+        caps: args.caps.iter().cloned().collect(),
+        data: gathered.files.clone(),
+        records_sha256: gathered.records_sha256.clone(),
+        steps: args.steps,
+        batch_tokens: args.batch_tokens,
+        learning_rate: args.learning_rate,
+        head_learning_rate: args.head_learning_rate,
+        weight_decay: args.weight_decay,
+        warmup: args.warmup,
+        max_grad_norm: args.max_grad_norm,
+        max_tokens: args.max_tokens,
+        valid_fraction: args.valid_fraction,
+        valid_records: args.valid_records,
+        eval_every: args.eval_every.max(1),
+        seed: args.seed,
+        dtype: args.dtype.clone(),
+        train_embeddings: args.train_embeddings,
+    };
+    let saved = state::latest(&args.output)?;
+    if let Some(saved) = &saved {
+        let differences = saved.state.config.differences(&config);
+        if !differences.is_empty() {
+            bail!(
+                "{} holds a run with different {}: resume it with the settings it was started \
+                 with, or choose another --output",
+                args.output.display(),
+                differences.join(", ")
+            );
+        }
+    } else if args.output.join(META_FILE).exists() {
+        bail!(
+            "{} already holds a checkpoint but no run state to resume; choose another --output",
+            args.output.display()
+        );
+    }
+
+    let families: Vec<String> = gathered
+        .families
+        .iter()
+        .map(|(family, count)| format!("{family} {count}"))
+        .collect();
+    eprintln!(
+        "data: {} records ({})",
+        gathered.records.len(),
+        families.join(", ")
+    );
+    let (train_records, valid_records) = data::split(gathered.records, args.valid_fraction);
+    let limits = Limits {
+        max_positions: base.config.max_positions(),
+        max_tokens: args.max_tokens,
+    };
+    let (train, _, skipped) = data::examples(&train_records, &base.tokenizer, limits)?;
+    let (valid, valid_families, _) = data::examples(&valid_records, &base.tokenizer, limits)?;
+    let (valid, valid_families) =
+        sample_valid(valid, valid_families, args.valid_records, args.seed);
+    if train.is_empty() || valid.is_empty() {
+        bail!(
+            "training needs labelled records on both sides of the split: {} train and {} \
+             validation examples",
+            train.len(),
+            valid.len()
+        );
+    }
+    let train_tokens: usize = train.iter().map(|e| e.packed.len()).sum();
+    eprintln!(
+        "data: {} train examples ({} tokens), {} validation; left out {} unlabelled, {} over \
+         {} tokens, {} with weight 0",
+        train.len(),
+        train_tokens,
+        valid.len(),
+        skipped.unlabelled,
+        skipped.too_long,
+        args.max_tokens,
+        skipped.weightless
+    );
+
+    let freeze = if config.train_embeddings {
+        Freeze::Nothing
+    } else {
+        Freeze::TokenEmbeddings
+    };
+    let trainable = Trainable::new(&base, freeze)?;
+    let mut run = match saved {
+        Some(saved) => {
+            eprintln!(
+                "resuming {} from step {}",
+                args.output.display(),
+                saved.state.step
+            );
+            trainable.restore(&saved.weights)?;
+            let optimiser = AdamW::restore(trainable.vars(), &saved.optimiser, saved.state.step)?;
+            let mut state = saved.state;
+            state.config.steps = config.steps;
+            Run { state, optimiser }
+        }
+        None => Run {
+            state: RunState::new(config.clone()),
+            optimiser: AdamW::new(trainable.vars())?,
+        },
+    };
+
+    let device = Device::Cpu;
+    let mut stream = Stream::new(&train, &run.state, config.batch_tokens, config.seed);
+    if run.state.history.is_empty() {
+        let first = validate(&trainable, &valid, &valid_families, 0, &device)?;
+        log_validation(&first);
+        run.state.best_loss = first.loss;
+        run.state.history.push(first);
+        save_best(&args.output, &base, &trainable, &config, &run.state, dtype)?;
+        state::save(&args.output, &run.state, &trainable, &run.optimiser)?;
+    }
+
+    let bar = progress(config.steps, run.state.step);
+    let mut window = Vec::new();
+    let mut window_tokens = 0usize;
+    let mut window_started = Instant::now();
+    while run.state.step < config.steps {
+        let step = run.state.step + 1;
+        let indices = stream.next(&train, &mut run.state);
+        let examples: Vec<&Example> = indices.iter().map(|&i| &train[i]).collect();
+        let batch = TrainBatch::new(&examples, &device)?;
+        let loss = batch.loss(trainable.model())?;
+        let grads = loss.backward()?;
+        let body = schedule(config.learning_rate, step, config.warmup, config.steps);
+        let head = schedule(config.head_learning_rate, step, config.warmup, config.steps);
+        run.optimiser
+            .update(trainable.vars(), &grads, config.max_grad_norm, |name| {
+                if name.starts_with(&format!("{}.", DecisionModel::HEAD)) {
+                    GroupSettings {
+                        learning_rate: head,
+                        weight_decay: 0.0,
+                    }
+                } else {
+                    GroupSettings {
+                        learning_rate: body,
+                        weight_decay: config.weight_decay,
+                    }
+                }
+            })?;
+        let loss = f64::from(loss.to_scalar::<f32>()?);
+        run.state.step = step;
+        run.state.tokens_seen += batch.tokens as u64;
+        window.push(loss);
+        window_tokens += batch.tokens;
+        let rate = window_tokens as f64 / window_started.elapsed().as_secs_f64().max(1e-9);
+        let mean = window.iter().sum::<f64>() / window.len() as f64;
+        bar.set_position(step);
+        bar.set_message(format!("loss {mean:.3}  {rate:.0} tok/s"));
+        if bar.is_hidden() && step % LOG_EVERY == 0 {
+            // No terminal to draw a bar on (a log file): a line now and then instead.
+            let left = (config.steps - step) as f64 * (window_tokens as f64 / window.len() as f64)
+                / rate.max(1e-9);
+            eprintln!(
+                "step {step:>5}/{}: train loss {mean:.4}, {rate:.0} tokens/s, about {} left",
+                config.steps,
+                humantime::format_duration(std::time::Duration::from_secs(left as u64))
+            );
+        }
+        if step % config.eval_every == 0 || step == config.steps {
+            let mut entry = validate(&trainable, &valid, &valid_families, step, &device)?;
+            entry.train_loss = Some(window.iter().sum::<f64>() / window.len() as f64);
+            entry.tokens_per_second = Some(rate);
+            bar.suspend(|| log_validation(&entry));
+            let better = entry.loss < run.state.best_loss;
+            run.state.history.push(entry.clone());
+            if better {
+                run.state.best_loss = entry.loss;
+                run.state.best_step = step;
+                save_best(&args.output, &base, &trainable, &config, &run.state, dtype)?;
+            }
+            state::save(&args.output, &run.state, &trainable, &run.optimiser)?;
+            if !better {
+                // The history in decision.json follows the run even when the weights do not.
+                refresh_history(&args.output, &run.state)?;
+            }
+            window.clear();
+            window_tokens = 0;
+            window_started = Instant::now();
+        }
+    }
+    bar.finish_and_clear();
+    let best = std::fs::read(state::best_weights(&args.output))?;
+    write_checkpoint(&args.output, &base, &best, &config, &run.state)?;
+    calibrate(&args.output, &valid, &device)?;
+    eprintln!(
+        "done: best validation loss {:.4} at step {} ({} steps, {} tokens, {:.0?}); checkpoint \
+         in {}",
+        run.state.best_loss,
+        run.state.best_step,
+        run.state.step,
+        run.state.tokens_seen,
+        started.elapsed(),
+        args.output.display()
+    );
+    Ok(())
+}
+
+/// Steps between progress lines when stderr is not a terminal.
+const LOG_EVERY: u64 = 10;
+
+struct Run {
+    state: RunState,
+    optimiser: AdamW,
+}
+
+/// The run's endless sequence of batches, resumable at any step.
+struct Stream {
+    batches: Vec<Vec<usize>>,
+    budget: usize,
+    seed: u64,
+}
+
+impl Stream {
+    fn new(train: &[Example], state: &RunState, budget: usize, seed: u64) -> Self {
+        Self {
+            batches: data::epoch_batches(train, seed, state.epoch, budget),
+            budget,
+            seed,
+        }
+    }
+
+    fn next(&mut self, train: &[Example], state: &mut RunState) -> Vec<usize> {
+        if state.cursor >= self.batches.len() {
+            state.epoch += 1;
+            state.cursor = 0;
+            self.batches = data::epoch_batches(train, self.seed, state.epoch, self.budget);
+        }
+        let batch = self.batches[state.cursor].clone();
+        state.cursor += 1;
+        batch
+    }
+}
+
+fn parse_cap(text: &str) -> Result<(String, usize), String> {
+    let (source, cap) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected SOURCE=N, for instance clinc150=6000"))?;
+    let source: TrainingSource = source.parse().map_err(|e| format!("{e}"))?;
+    let cap = cap
+        .parse()
+        .map_err(|_| format!("{text:?}: the cap must be a whole number"))?;
+    Ok((source.as_str().to_owned(), cap))
+}
+
+fn parse_sources(names: &[String]) -> anyhow::Result<Vec<TrainingSource>> {
+    match names {
+        [only] if only == "all" => Ok(TrainingSource::ALL.to_vec()),
+        [only] if only == "none" => Ok(Vec::new()),
+        names => names
+            .iter()
+            .map(|n| n.parse::<TrainingSource>().map_err(anyhow::Error::from))
+            .collect(),
+    }
+}
+
+/// A catalog name is pulled into the cache; anything else is a directory.
+fn resolve_base(spec: &str, cache: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let path = Path::new(spec);
+    if path.is_dir() {
+        return Ok(path.to_owned());
+    }
+    if ruling_models::catalog::get(spec).is_none() {
+        bail!("--base {spec:?} is neither a directory nor a catalog model");
+    }
+    let mut options = match cache {
+        Some(dir) => ruling_models::PullOptions::new(dir),
+        None => ruling_models::PullOptions::from_env()?,
+    };
+    options.hub = options.hub && std::env::var_os("RULING_NO_HUB").is_none();
+    match ruling_models::pull_str(spec, &options)? {
+        ruling_models::LocalModel::Directory { path } => Ok(path),
+        other => bail!("{spec} is not an encoder directory but {other:?}"),
+    }
+}
+
+fn base_identity(base: &EncoderFiles) -> BaseIdentity {
+    match &base.meta {
+        // Continuing from a trained checkpoint keeps the original base's identity.
+        Some(meta) => meta.base.clone(),
+        None => BaseIdentity {
+            name: base
+                .dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            weights_sha256: base.weights_sha256.clone(),
+        },
+    }
+}
+
+fn sample_valid(
+    valid: Vec<Example>,
+    families: Vec<String>,
+    limit: usize,
+    seed: u64,
+) -> (Vec<Example>, Vec<String>) {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    let mut order: Vec<usize> = (0..valid.len()).collect();
+    order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+    order.truncate(limit);
+    order.sort_unstable();
+    let mut valid: Vec<Option<Example>> = valid.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(order.len());
+    let mut out_families = Vec::with_capacity(order.len());
+    for i in order {
+        if let Some(example) = valid[i].take() {
+            out.push(example);
+            out_families.push(families[i].clone());
+        }
+    }
+    (out, out_families)
+}
+
+/// Loss, accuracy, ECE and coverage at 5% error over the validation questions, with the
+/// serving kernels on the current weights.
+fn validate(
+    trainable: &Trainable,
+    valid: &[Example],
+    families: &[String],
+    step: u64,
+    device: &Device,
+) -> anyhow::Result<Validation> {
+    let model =
+        DecisionModel::from_tensors(trainable.tensors()?, trainable.config(), Kernels::Fused)?;
+    let mut losses = Vec::new();
+    let mut confidences = Vec::new();
+    let mut correct = Vec::new();
+    let mut per_family: HashMap<&str, (usize, usize)> = HashMap::new();
+    let mut start = 0;
+    while start < valid.len() {
+        let mut end = start;
+        let mut tokens = 0;
+        while end < valid.len() && (end == start || tokens + valid[end].packed.len() <= 8192) {
+            tokens += valid[end].packed.len();
+            end += 1;
+        }
+        let examples: Vec<&Example> = valid[start..end].iter().collect();
+        let batch = TrainBatch::new(&examples, device)?;
+        let log_probs = batch.log_probs(&model)?;
+        let per_question: Vec<f32> = batch.cross_entropy(&log_probs)?.to_vec1()?;
+        let log_probs: Vec<Vec<f32>> = log_probs.to_vec2()?;
+        let mut q = 0;
+        for (offset, example) in examples.iter().enumerate() {
+            let family = families[start + offset].as_str();
+            for target in &example.targets {
+                let probs: Vec<f64> = log_probs[q][..target.len()]
+                    .iter()
+                    .map(|&lp| f64::from(lp).exp())
+                    .collect();
+                let predicted = argmax(&probs);
+                let right =
+                    predicted == argmax(&target.iter().map(|&t| f64::from(t)).collect::<Vec<_>>());
+                losses.push(f64::from(per_question[q]));
+                confidences.push(probs[predicted]);
+                correct.push(right);
+                let entry = per_family.entry(family).or_default();
+                entry.0 += usize::from(right);
+                entry.1 += 1;
+                q += 1;
+            }
+        }
+        start = end;
+    }
+    let n = losses.len().max(1) as f64;
+    Ok(Validation {
+        step,
+        loss: losses.iter().sum::<f64>() / n,
+        accuracy: correct.iter().filter(|c| **c).count() as f64 / n,
+        expected_calibration_error: ruling_calibration::expected_calibration_error(
+            &confidences,
+            &correct,
+            10,
+        )?,
+        coverage_at_5pct_error: ruling_calibration::coverage_at_error(
+            &confidences,
+            &correct,
+            0.05,
+        )?,
+        questions: losses.len(),
+        families: per_family
+            .into_iter()
+            .map(|(family, (right, total))| (family.to_owned(), right as f64 / total.max(1) as f64))
+            .collect(),
+        train_loss: None,
+        tokens_per_second: None,
+    })
+}
+
+fn argmax(values: &[f64]) -> usize {
+    ruling_calibration::argmax(values).unwrap_or(0)
+}
+
+fn log_validation(entry: &Validation) {
+    let families: Vec<String> = entry
+        .families
+        .iter()
+        .map(|(f, a)| format!("{f} {a:.3}"))
+        .collect();
+    eprintln!(
+        "step {:>5}: validation loss {:.4}, accuracy {:.3}, ECE {:.3}, coverage@5% {:.3} over {} \
+         questions{}; {}",
+        entry.step,
+        entry.loss,
+        entry.accuracy,
+        entry.expected_calibration_error,
+        entry.coverage_at_5pct_error,
+        entry.questions,
+        entry
+            .train_loss
+            .map(|l| format!(", train loss {l:.4}"))
+            .unwrap_or_default(),
+        families.join(", ")
+    );
+}
+
+fn progress(total: u64, done: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total).with_position(done);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {pos}/{len} steps  {msg}  {elapsed_precise} ETA {eta_precise}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix("training");
+    bar
+}
+
+/// Write the current weights as the run's checkpoint: tokenizer and config copied from the
+/// base, weights at `dtype`, `decision.json` (written last) naming their digests and the
+/// training record.
+fn save_best(
+    output: &Path,
+    base: &EncoderFiles,
+    trainable: &Trainable,
+    config: &TrainConfig,
+    state: &RunState,
+    dtype: DType,
+) -> anyhow::Result<()> {
+    let weights = safetensors_bytes(&trainable.tensors()?, dtype)?;
+    write_atomic(&state::best_weights(output), &weights)?;
+    write_checkpoint(output, base, &weights, config, state)
+}
+
+/// The checkpoint from the best weights' bytes (see `ruling_encoder::checkpoint::
+/// write_checkpoint`: a checkpoint cut short is refused until this runs again, which the end
+/// of every run does).
+fn write_checkpoint(
+    output: &Path,
+    base: &EncoderFiles,
+    weights: &[u8],
+    config: &TrainConfig,
+    state: &RunState,
+) -> anyhow::Result<()> {
+    ruling_encoder::checkpoint::write_checkpoint(
+        output,
+        NewCheckpoint {
+            name: &config.name,
+            base,
+            base_identity: base_identity(base),
+            weights,
+            weights_dtype: &config.dtype,
+            training: training_record(config, state)?,
+        },
+    )?;
+    Ok(())
+}
+
+/// Fit one temperature per answer type on the validation questions (development rows the model
+/// never trained on), scored by the checkpoint exactly as it will be served, and write them as
+/// the checkpoint's `calibration.json`, which the engine applies by default. A temperature is
+/// kept only where a likelihood-ratio test supports it (`ruling_calibration::FitOptions`).
+fn calibrate(output: &Path, valid: &[Example], device: &Device) -> anyhow::Result<()> {
+    use ruling_calibration::{
+        CHI_SQUARED_1_95, Calibration, FitOptions, LabelledLogits, Target, fit_temperatures_with,
+    };
+    let files = EncoderFiles::open(output)?;
+    let meta = files
+        .meta
+        .clone()
+        .context("the written checkpoint has no decision.json")?;
+    let model = files.serving_model()?;
+    let mut samples = Vec::new();
+    for chunk in valid.chunks(32) {
+        let examples: Vec<&Example> = chunk.iter().collect();
+        let batch = TrainBatch::new(&examples, device)?;
+        let log_probs: Vec<Vec<f32>> = batch.log_probs(&model)?.to_vec2()?;
+        let mut q = 0;
+        for example in chunk {
+            for (target, kind) in example.targets.iter().zip(&example.kinds) {
+                let logits = log_probs[q][..target.len()]
+                    .iter()
+                    .map(|&l| f64::from(l))
+                    .collect();
+                let target = Target::Soft(target.iter().map(|&t| f64::from(t)).collect());
+                samples.push((*kind, LabelledLogits { logits, target }));
+                q += 1;
+            }
+        }
+    }
+    let fit = fit_temperatures_with(
+        &samples,
+        &FitOptions {
+            min_likelihood_ratio: CHI_SQUARED_1_95,
+        },
+    )?;
+    let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let calibration = Calibration::from_fit(ruling_encoder::provenance(&meta), fit, Some(created));
+    calibration.save(output.join(ruling_encoder::checkpoint::CALIBRATION_FILE))?;
+    eprintln!(
+        "calibration: temperatures noul {:.3}, choice {:.3}, score {:.3} from {} validation \
+         questions",
+        calibration.temperature(ruling_calibration::AnswerType::Noul),
+        calibration.temperature(ruling_calibration::AnswerType::Choice),
+        calibration.temperature(ruling_calibration::AnswerType::Score),
+        samples.len()
+    );
+    Ok(())
+}
+
+fn training_record(config: &TrainConfig, state: &RunState) -> anyhow::Result<serde_json::Value> {
+    Ok(serde_json::json!({
+        "config": config,
+        "best_step": state.best_step,
+        "steps_run": state.step,
+        "tokens_seen": state.tokens_seen,
+        "history": state.history,
+    }))
+}
+
+fn refresh_history(output: &Path, state: &RunState) -> anyhow::Result<()> {
+    let path = output.join(META_FILE);
+    let mut meta: CheckpointMeta = serde_json::from_str(
+        &std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?,
+    )?;
+    meta.training = training_record(&state.config, state)?;
+    write_atomic(
+        &path,
+        format!("{}\n", serde_json::to_string_pretty(&meta)?).as_bytes(),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,35 @@
+//! `ruling-train`: the trainers of ruling.
+//!
+//! - `ruling-train encoder` fine-tunes a decision encoder (a BERT or ModernBERT checkpoint) on
+//!   typed-question records from the development side of `shared/datasets` and any JSONL record
+//!   files, and writes a checkpoint `ruling-serve --model encoder:DIR` serves.
+//!
+//! Every trainer refuses held-out states, resumes exactly after a kill (rerun the same
+//! command), and keeps its best checkpoint with the sha256 of its data.
+
+use clap::{Parser, Subcommand};
+
+mod encoder;
+
+#[global_allocator]
+static ALLOCATOR: ruling_alloc::Allocator = ruling_alloc::Allocator;
+
+#[derive(Debug, Parser)]
+#[command(name = "ruling-train", version, about = "Train ruling's models")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Fine-tune a decision encoder on typed-question records.
+    Encoder(encoder::EncoderArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    ruling_alloc::settle();
+    match Cli::parse().command {
+        Command::Encoder(args) => encoder::run(&args),
+    }
+}

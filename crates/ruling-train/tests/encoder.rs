@@ -1,0 +1,256 @@
+//! `ruling-train encoder` as a user runs it, on the generated tiny encoders and a small record
+//! file: it trains and writes a checkpoint the engine serves; a run killed for real resumes to
+//! bit-identical weights; bad input is refused before anything is written.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    let dir = workspace().join("fixtures/generated").join(name);
+    assert!(dir.is_dir(), "fixtures missing: run `cargo xtask fixtures`");
+    dir
+}
+
+/// Labelled records about short states, two question types, no held-out states.
+fn records(dir: &Path) -> PathBuf {
+    let topics = [
+        ("my card was charged twice", "billing"),
+        ("the app crashes when i log in", "tech"),
+        ("where is my parcel", "shipping"),
+        ("i want a refund for the invoice", "billing"),
+        ("the screen stays black", "tech"),
+        ("the courier never came", "shipping"),
+    ];
+    let mut lines = Vec::new();
+    for i in 0..90 {
+        let (text, team) = topics[i % topics.len()];
+        let record = serde_json::json!({
+            "id": format!("toy:{i}"),
+            "family": "toy",
+            "state": format!("{text} (ticket {i})"),
+            "questions": {
+                "team": {"type": "choice", "instructions": "which team should handle it?",
+                         "criteria": {"billing": "refunds and invoices", "tech": "bugs", "shipping": "parcels"}},
+                "money": {"type": "noul", "instructions": "is it about money?"}
+            },
+            "labels": {"team": team, "money": team == "billing"}
+        });
+        lines.push(record.to_string());
+    }
+    let path = dir.join("records.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+fn train(data: &Path, output: &Path, base: &Path, steps: u64, eval_every: u64) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ruling-train"));
+    command
+        .args(["encoder", "--datasets", "none", "--dtype", "f32"])
+        .arg("--base")
+        .arg(base)
+        .arg("--data")
+        .arg(data)
+        .arg("--output")
+        .arg(output)
+        .args(["--steps", &steps.to_string()])
+        .args(["--eval-every", &eval_every.to_string()])
+        .args([
+            "--batch-tokens",
+            "600",
+            "--valid-fraction",
+            "0.2",
+            "--learning-rate",
+            "1e-3",
+            "--warmup",
+            "5",
+        ]);
+    command
+}
+
+fn run(mut command: Command) -> Output {
+    let output = command.output().expect("ruling-train starts");
+    assert!(
+        output.status.success(),
+        "ruling-train failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn fails(mut command: Command) -> String {
+    let output = command.output().expect("ruling-train starts");
+    assert!(!output.status.success(), "ruling-train should have refused");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn sha256(path: &Path) -> String {
+    format!("{:x}", Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+/// The latest saved step of a run, if it has saved one.
+fn latest_step(output: &Path) -> Option<u64> {
+    let name = std::fs::read_to_string(output.join("run/latest")).ok()?;
+    name.trim().strip_prefix("step-")?.parse().ok()
+}
+
+fn final_weights(output: &Path, steps: u64) -> String {
+    sha256(&output.join(format!("run/step-{steps:06}/weights.safetensors")))
+}
+
+#[test]
+fn trains_a_checkpoint_the_engine_serves() {
+    let scratch = tempfile::tempdir().unwrap();
+    let data = records(scratch.path());
+    let output = scratch.path().join("out");
+    let done = run(train(&data, &output, &fixture("tiny-bert"), 40, 20));
+    let log = String::from_utf8_lossy(&done.stderr);
+    assert!(log.contains("validation loss"), "{log}");
+    for file in [
+        "config.json",
+        "tokenizer.json",
+        "model.safetensors",
+        "decision.json",
+        "calibration.json",
+    ] {
+        assert!(output.join(file).is_file(), "{file} written");
+    }
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(output.join("decision.json")).unwrap())
+            .unwrap();
+    let history = meta["training"]["history"].as_array().unwrap();
+    assert_eq!(history.len(), 3, "validations at steps 0, 20, 40");
+    assert_eq!(
+        meta["training"]["config"]["data"][0]["sha256"],
+        sha256(&data),
+        "the data's digest is recorded"
+    );
+    let first = history[0]["loss"].as_f64().unwrap();
+    let best = history
+        .iter()
+        .map(|h| h["loss"].as_f64().unwrap())
+        .fold(f64::MAX, f64::min);
+    assert!(best < first, "validation loss falls: {first} -> {best}");
+
+    // The engine serves it, with the calibration the run fitted.
+    let engine = ruling_encoder::EncoderEngine::load(&output, Default::default()).unwrap();
+    use ruling_backend::Engine;
+    let request: ruling_schema::SystemOneRequest = serde_json::from_value(serde_json::json!({
+        "model": "m", "state": "my card was charged twice (ticket 1000)",
+        "questions": {"team": {"type": "choice", "instructions": "which team should handle it?",
+                      "criteria": {"billing": "refunds and invoices", "tech": "bugs", "shipping": "parcels"}}}
+    }))
+    .unwrap();
+    let valid = request.validate(&Default::default()).unwrap();
+    let response = engine.evaluate(&valid).unwrap();
+    let ruling_schema::Answer::Choice { choice, .. } = &response.answers["team"] else {
+        panic!()
+    };
+    assert_eq!(choice, "billing", "it learned the toy task");
+}
+
+#[test]
+fn a_killed_run_resumes_to_bit_identical_weights() {
+    let scratch = tempfile::tempdir().unwrap();
+    let data = records(scratch.path());
+    let base = fixture("tiny-bert");
+    let steps = 300;
+    let straight = scratch.path().join("straight");
+    run(train(&data, &straight, &base, steps, 10));
+
+    let killed = scratch.path().join("killed");
+    let mut child = train(&data, &killed, &base, steps, 10)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        if latest_step(&killed).is_some_and(|s| s >= 40) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the run never saved step 40"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "killed mid-run");
+    let at_kill = latest_step(&killed).unwrap();
+    assert!(at_kill < steps, "killed before the end (at step {at_kill})");
+
+    let resumed = run(train(&data, &killed, &base, steps, 10));
+    let log = String::from_utf8_lossy(&resumed.stderr);
+    assert!(log.contains("resuming"), "{log}");
+    assert_eq!(
+        final_weights(&killed, steps),
+        final_weights(&straight, steps),
+        "resumed from step {at_kill}"
+    );
+    assert_eq!(
+        sha256(&killed.join("model.safetensors")),
+        sha256(&straight.join("model.safetensors"))
+    );
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_is_written() {
+    let scratch = tempfile::tempdir().unwrap();
+    let base = fixture("tiny-bert");
+
+    let broken = scratch.path().join("broken.jsonl");
+    let good = std::fs::read_to_string(records(scratch.path())).unwrap();
+    let mut lines: Vec<&str> = good.lines().collect();
+    lines.insert(3, "{\"family\": \"toy\", \"state\": ");
+    std::fs::write(&broken, lines.join("\n")).unwrap();
+    let output = scratch.path().join("out-broken");
+    let message = fails(train(&broken, &output, &base, 5, 5));
+    assert!(
+        message.contains("broken.jsonl:4:"),
+        "the file and line are named: {message}"
+    );
+    assert!(!output.exists(), "nothing written");
+
+    // A base that lacks its weights.
+    let incomplete = scratch.path().join("incomplete");
+    std::fs::create_dir_all(&incomplete).unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(base.join(file), incomplete.join(file)).unwrap();
+    }
+    let data = scratch.path().join("records.jsonl");
+    let output = scratch.path().join("out-incomplete");
+    let message = fails(train(&data, &output, &incomplete, 5, 5));
+    assert!(message.contains("model.safetensors"), "{message}");
+    assert!(!output.exists());
+
+    // A run resumed on another base.
+    let output = scratch.path().join("out");
+    run(train(&data, &output, &base, 4, 2));
+    let message = fails(train(&data, &output, &fixture("tiny-modernbert"), 4, 2));
+    assert!(message.contains("base"), "{message}");
+
+    // A held-out state (a BoolQ passage with an odd idx) in a record file.
+    let line = std::fs::read_to_string(workspace().join("../shared/datasets/boolq/val.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|row| row["idx"].as_u64().is_some_and(|i| i % 2 == 1))
+        .unwrap();
+    let leaked = scratch.path().join("leaked.jsonl");
+    let record = serde_json::json!({
+        "family": "leak", "state": line["passage"],
+        "questions": {"q": {"type": "noul", "instructions": "is it?"}}, "labels": {"q": true}
+    });
+    std::fs::write(&leaked, format!("{good}{record}\n")).unwrap();
+    let output = scratch.path().join("out-leaked");
+    let message = fails(train(&leaked, &output, &base, 5, 5));
+    assert!(message.contains("held-out"), "{message}");
+    assert!(!output.exists());
+}
