@@ -19,6 +19,23 @@ pub enum Format {
     Gguf,
     /// A directory with `config.json`, `*.safetensors` and `tokenizer.json`.
     SafetensorsDir,
+    /// A directory trained by this project and shipped inside its repository, under
+    /// `models/<name>/` (see [`shipped_dir`]); nothing to download, only to verify.
+    Shipped,
+}
+
+/// The environment variable that overrides where shipped models are found.
+pub const MODELS_DIR_ENV: &str = "RULING_MODELS_DIR";
+
+/// Where the shipped model `name` lives: `$RULING_MODELS_DIR/<name>`, else `models/<name>` in
+/// the workspace this crate was built in.
+pub fn shipped_dir(name: &str) -> std::path::PathBuf {
+    match std::env::var_os(MODELS_DIR_ENV) {
+        Some(root) if !root.is_empty() => std::path::PathBuf::from(root).join(name),
+        _ => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../models")
+            .join(name),
+    }
 }
 
 /// A hub repository at a fixed revision.
@@ -422,6 +439,15 @@ mod tests {
         for entry in CATALOG {
             assert!(names.insert(entry.name), "duplicate {}", entry.name);
             assert!(!entry.files.is_empty(), "{}", entry.name);
+            if entry.format == Format::Shipped {
+                for needed in ["decision.json", "model.safetensors"] {
+                    assert!(
+                        entry.files.iter().any(|f| f.name == needed),
+                        "{}",
+                        entry.name
+                    );
+                }
+            }
             if entry.format == Format::Gguf {
                 assert_eq!(entry.files.len(), 1, "{}", entry.name);
                 assert!(entry.files[0].name.ends_with(".gguf"), "{}", entry.name);
@@ -445,7 +471,13 @@ mod tests {
                     entry.name,
                     file.name
                 );
-                assert!(!file.mirror.is_empty(), "{} {}", entry.name, file.name);
+                assert_eq!(
+                    file.mirror.is_empty(),
+                    entry.format == Format::Shipped,
+                    "{} {}: a mirror unless shipped",
+                    entry.name,
+                    file.name
+                );
                 assert!(!file.name.contains('/'), "{} {}", entry.name, file.name);
             }
         }

@@ -38,6 +38,18 @@ pub enum PullError {
         /// The digest of the bytes fetched.
         got: String,
     },
+    /// A file shipped in the repository is not the one the catalog records (edited, or from
+    /// another training run); nothing is deleted.
+    #[error(
+        "shipped model file {} has sha256 {got}, but the catalog records {expected}: restore it \
+         (git checkout) or retrain and update the catalog",
+        path.display()
+    )]
+    ShippedMismatch {
+        path: PathBuf,
+        expected: String,
+        got: String,
+    },
     /// The hub failed.
     #[error(transparent)]
     Hub(#[from] HubError),

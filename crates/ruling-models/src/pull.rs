@@ -123,6 +123,9 @@ pub fn pull_spec(spec: &ModelSpec, options: &PullOptions) -> Result<Pulled, Pull
 /// Pulls a catalog entry (any entry, not only the built-in ones: tests inject their own).
 pub fn pull_entry(entry: &CatalogEntry, options: &PullOptions) -> Result<Pulled, PullError> {
     let reporter = Reporter::new(options.progress);
+    if entry.format == Format::Shipped {
+        return pull_shipped(entry, &reporter);
+    }
     let dir = cache::model_dir(&options.cache_dir, entry.name);
     std::fs::create_dir_all(&dir).map_err(PullError::io(&dir))?;
     let _lock = lock(&dir, entry.name, &reporter)?;
@@ -208,8 +211,34 @@ pub fn pull_entry(entry: &CatalogEntry, options: &PullOptions) -> Result<Pulled,
     })
 }
 
+/// A shipped model: its files checked in place against the catalog's digests (no cache, no
+/// download, no record written into the repository).
+fn pull_shipped(entry: &CatalogEntry, reporter: &Reporter) -> Result<Pulled, PullError> {
+    let dir = crate::catalog::shipped_dir(entry.name);
+    for file in entry.files {
+        let path = dir.join(file.name);
+        let bar = reporter.bytes(None, format!("verifying {}", file.name));
+        let got = crate::digest::sha256_file(&path, &bar).map_err(PullError::io(&path))?;
+        bar.finish_and_clear();
+        if got != file.sha256 {
+            return Err(PullError::ShippedMismatch {
+                path,
+                expected: file.sha256.to_owned(),
+                got,
+            });
+        }
+    }
+    Ok(Pulled {
+        model: LocalModel::Directory { path: dir },
+        source: Source::Cache,
+    })
+}
+
 fn local_model(entry: &CatalogEntry, dir: &Path) -> LocalModel {
     match entry.format {
+        Format::Shipped => LocalModel::Directory {
+            path: crate::catalog::shipped_dir(entry.name),
+        },
         Format::Gguf => LocalModel::Gguf {
             path: dir.join(entry.files.first().map_or("model.gguf", |f| f.name)),
         },
