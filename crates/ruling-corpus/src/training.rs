@@ -10,7 +10,9 @@
 //! measures.
 //! Intent questions offer a random subset of a dataset's intents and an abstain option, which
 //! is the right answer for every out-of-scope row and for the quarter of in-scope rows whose
-//! intent is left out of the subset: that is what teaches the encoder to abstain.
+//! intent is left out of the subset: that is what teaches the encoder to abstain. Each intent
+//! row also asks a topical yes/no question about one intent or domain (its own half the time),
+//! the kind of noul clients ask most and no evaluation reader asks.
 //!
 //! Only development splits are read (through [`load`](crate::load)'s readers). A held-out split
 //! is read only to collect its states ([`held_out_states`]): every development row whose state
@@ -345,7 +347,12 @@ fn build_source(
             }
         })?;
     }
-    let intents = intent_question.map(IntentSet::new);
+    let domains = if source == TrainingSource::Clinc150 {
+        clinc150::domains(root)?
+    } else {
+        IndexMap::new()
+    };
+    let intents = intent_question.map(|question| IntentSet::new(question, domains));
     let sample_seed = row_rng(options.seed, &format!("training-sample:{source}")).next_u64();
     let records: Vec<Record> = sample_indices(kept.len(), options.per_source, sample_seed)
         .into_iter()
@@ -394,6 +401,7 @@ const ANSWER: &str = "answer";
 const SENTIMENT: &str = "sentiment";
 const POSITIVE: &str = "positive";
 const TOPIC: &str = "topic";
+const ABOUT: &str = "about";
 
 /// The questions, labels and targets of one training record.
 #[derive(Default)]
@@ -561,10 +569,12 @@ struct IntentSet {
     out_of_scope: Option<(String, Text)>,
     /// The abstain options whose keys no intent uses.
     abstain: ChoiceOptions,
+    /// Each intent's domain, where the dataset groups them (CLINC150's `banking`, `travel`...).
+    domains: IndexMap<String, String>,
 }
 
 impl IntentSet {
-    fn new(question: Question) -> Self {
+    fn new(question: Question, domains: IndexMap<String, String>) -> Self {
         let Question::Choice {
             instructions,
             criteria,
@@ -585,6 +595,7 @@ impl IntentSet {
             intents,
             out_of_scope: own.into_iter().next(),
             abstain,
+            domains,
         }
     }
 
@@ -648,9 +659,57 @@ impl IntentSet {
         options.push(abstain);
         let mut draft = Draft::default();
         draft.ask(INTENT, choice(instructions, options), Label::Key(answer));
+        let (about, yes) = self.about(gold, rng);
+        draft.ask(ABOUT, about, Label::Yes(yes));
         draft
     }
+
+    /// A noul asking whether the message is about one intent or domain: the row's own half the
+    /// time (when it has one), another otherwise. This is the topical yes/no question programs
+    /// ask most ("is this ticket about billing?"), which no evaluation reader asks.
+    fn about(&self, gold: Option<usize>, rng: &mut ChaCha8Rng) -> (Question, bool) {
+        let yes = gold.is_some() && rng.random_bool(0.5);
+        let intent = match gold {
+            Some(i) if yes => i,
+            _ => loop {
+                let i = rng.random_range(0..self.intents.len());
+                if Some(i) != gold {
+                    break i;
+                }
+            },
+        };
+        let (key, description) = &self.intents[intent];
+        let gold_domain = gold.and_then(|i| self.domains.get(&self.intents[i].0));
+        let subject = match self.domains.get(key) {
+            // A domain question says yes only when the row's domain is the one asked about.
+            // CLINC150's `meta` (talking about the assistant itself) is no topic in words.
+            Some(domain) if domain != "meta" && rng.random_bool(ABOUT_DOMAIN) => {
+                let yes = gold_domain == Some(domain);
+                let template = pick(rng, &ABOUT_INSTRUCTIONS);
+                return (noul(template.replace("{topic}", &spaced(domain))), yes);
+            }
+            _ if !description.is_null() && rng.random_bool(0.5) => {
+                lowercased_first(&description.render())
+            }
+            _ => spaced(key),
+        };
+        let template = pick(rng, &ABOUT_INSTRUCTIONS);
+        (noul(template.replace("{topic}", &subject)), yes)
+    }
 }
+
+/// How often a topical noul on a dataset with domains asks about the domain, not the intent.
+const ABOUT_DOMAIN: f64 = 0.35;
+
+/// Topical nouls; `{topic}` is an intent or a domain, in words.
+const ABOUT_INSTRUCTIONS: [&str; 6] = [
+    "Is this message about {topic}?",
+    "Is this request about {topic}?",
+    "Does this message concern {topic}?",
+    "The user is asking about {topic}.",
+    "Is the user's request related to {topic}?",
+    "Is this ticket about {topic}?",
+];
 
 fn describe_intent(style: IntentStyle, key: &str, evaluation: &Text) -> Text {
     match style {

@@ -170,6 +170,30 @@ fn a_training_set_is_valid_varied_seeded_and_free_of_held_out_states() {
         }),
         "a clinc150-N question"
     );
+    // Every intent record also asks a topical noul, answered yes about as often as no, and
+    // some of them about CLINC150's domains rather than its intents.
+    for source in [TrainingSource::Clinc150, TrainingSource::Hwu64] {
+        let abouts: Vec<(String, bool)> = of(source)
+            .map(|r| {
+                let Question::Noul { instructions, .. } = &r.questions["about"] else {
+                    panic!("{source}: a topical noul")
+                };
+                let Label::Yes(yes) = r.labels["about"] else {
+                    panic!("{source}: a yes/no label")
+                };
+                (instructions.render(), yes)
+            })
+            .collect();
+        let yes = abouts.iter().filter(|(_, yes)| *yes).count() as f64 / abouts.len() as f64;
+        assert!((0.3..0.6).contains(&yes), "{source}: {yes} of them yes");
+    }
+    assert!(
+        of(TrainingSource::Clinc150).any(|r| matches!(
+            &r.questions["about"],
+            Question::Noul { instructions, .. } if instructions.render().contains("credit cards")
+        )),
+        "a domain noul"
+    );
     for (source, dataset, question) in [
         (TrainingSource::Sst5, Dataset::Sst5, "sentiment"),
         (

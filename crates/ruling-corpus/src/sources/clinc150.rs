@@ -40,6 +40,15 @@ pub(super) struct Row {
     intent: Option<usize>,
 }
 
+/// Each intent's domain (`pin_change` is in `banking`), from `domains.json`.
+pub(crate) fn domains(root: &Path) -> Result<IndexMap<String, String>, CorpusError> {
+    let domains: IndexMap<String, Vec<String>> = json_file(&root.join("clinc150/domains.json"))?;
+    Ok(domains
+        .into_iter()
+        .flat_map(|(domain, intents)| intents.into_iter().map(move |i| (i, domain.clone())))
+        .collect())
+}
+
 /// The 150 intents in `domains.json` order, and the rows of `split`.
 pub(super) fn rows(root: &Path, split: Split) -> Result<(Vec<String>, Vec<Row>), CorpusError> {
     let domains_path = root.join("clinc150/domains.json");
