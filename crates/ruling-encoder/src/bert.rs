@@ -8,11 +8,13 @@
 //! embeddings, erf GELU, as in Hugging Face's `modeling_bert.py`. The parity test compares it
 //! with candle-transformers' `bert` on all-MiniLM-L6-v2 under a full mask.
 
-use candle_core::{Module, Result, Tensor};
+use std::sync::Arc;
+
+use candle_core::{D, Module, Result, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 use serde::Deserialize;
 
-use crate::ops::{AttentionMask, Kernels, LayerNorm, Linear, attention};
+use crate::ops::{AttentionMask, Kernels, LayerNorm, Linear, attention, attention_at, rows_at};
 
 /// The activation of the feed-forward layer, as `config.json` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -63,6 +65,10 @@ struct Layer {
     query: Linear,
     key: Linear,
     value: Linear,
+    /// For answering: the three projections as one product (one pass over the input instead
+    /// of three), and keys and values alone for a last layer that queries only at its slots.
+    /// Training keeps them apart, so each weight is its own variable.
+    fused: Option<(Linear, Linear)>,
     attention_output: Linear,
     attention_norm: LayerNorm,
     intermediate: Linear,
@@ -76,10 +82,21 @@ impl Layer {
         let attention = vb.pp("attention");
         let own = attention.pp("self");
         let out = attention.pp("output");
+        let query = Linear::load(&own.pp("query"), h, h, true)?;
+        let key = Linear::load(&own.pp("key"), h, h, true)?;
+        let value = Linear::load(&own.pp("value"), h, h, true)?;
+        let fused = match kernels {
+            Kernels::Fused => Some((
+                Linear::stacked(&[&query, &key, &value])?,
+                Linear::stacked(&[&key, &value])?,
+            )),
+            Kernels::Differentiable => None,
+        };
         Ok(Self {
-            query: Linear::load(&own.pp("query"), h, h, true)?,
-            key: Linear::load(&own.pp("key"), h, h, true)?,
-            value: Linear::load(&own.pp("value"), h, h, true)?,
+            query,
+            key,
+            value,
+            fused,
             attention_output: Linear::load(&out.pp("dense"), h, h, true)?,
             attention_norm: LayerNorm::load(
                 &out.pp("LayerNorm"),
@@ -113,13 +130,67 @@ impl Layer {
         act: HiddenAct,
         kernels: Kernels,
     ) -> Result<Tensor> {
-        let q = self.query.forward(x)?;
-        let k = self.key.forward(x)?;
-        let v = self.value.forward(x)?;
+        let h = x.dim(D::Minus1)?;
+        let (q, k, v) = match &self.fused {
+            Some((qkv, _)) => {
+                let qkv = qkv.forward(x)?;
+                (
+                    qkv.narrow(D::Minus1, 0, h)?,
+                    qkv.narrow(D::Minus1, h, h)?,
+                    qkv.narrow(D::Minus1, 2 * h, h)?,
+                )
+            }
+            None => (
+                self.query.forward(x)?,
+                self.key.forward(x)?,
+                self.value.forward(x)?,
+            ),
+        };
         let context = attention(&q, &k, &v, heads, mask, kernels)?;
+        self.finish(&context, x, act, kernels)
+    }
+
+    /// The layer's output for the tokens `keep` alone (`index` is the same list as a tensor):
+    /// every token's keys and values, but queries, the output projection and the feed-forward
+    /// only at those rows. `None` where the mask or the loaded form cannot do that.
+    fn forward_at(
+        &self,
+        x: &Tensor,
+        keep: &(Tensor, Arc<[u32]>),
+        mask: &AttentionMask,
+        heads: usize,
+        act: HiddenAct,
+        kernels: Kernels,
+    ) -> Result<Option<Tensor>> {
+        let Some((_, kv)) = &self.fused else {
+            return Ok(None);
+        };
+        if !mask.answers_at_slots() {
+            return Ok(None);
+        }
+        let h = x.dim(D::Minus1)?;
+        let kv = kv.forward(x)?;
+        let rows = x.squeeze(0)?.index_select(&keep.0, 0)?;
+        let q = self.query.forward(&rows)?;
+        let (k, v) = (kv.narrow(D::Minus1, 0, h)?, kv.narrow(D::Minus1, h, h)?);
+        let Some(context) = attention_at(&q, &k, &v, heads, mask, &keep.1)? else {
+            return Ok(None);
+        };
+        self.finish(&context, &rows, act, kernels).map(Some)
+    }
+
+    /// Everything after attention: output projection, residual and norm, feed-forward,
+    /// residual and norm.
+    fn finish(
+        &self,
+        context: &Tensor,
+        x: &Tensor,
+        act: HiddenAct,
+        kernels: Kernels,
+    ) -> Result<Tensor> {
         let x = self
             .attention_norm
-            .forward(&(self.attention_output.forward(&context)? + x)?)?;
+            .forward(&(self.attention_output.forward(context)? + x)?)?;
         let inner = act.apply(&self.intermediate.forward(&x)?, kernels)?;
         self.output_norm
             .forward(&(self.output.forward(&inner)? + x)?)
@@ -199,10 +270,7 @@ impl Bert {
         positions: &Tensor,
         mask: &AttentionMask,
     ) -> Result<Tensor> {
-        let x = (self.word_embeddings.forward(tokens)?
-            + self.position_embeddings.forward(positions)?)?
-        .broadcast_add(&self.token_type)?;
-        let mut x = self.embeddings_norm.forward(&x)?;
+        let mut x = self.embed(tokens, positions)?;
         for layer in &self.layers {
             x = layer.forward(
                 &x,
@@ -213,5 +281,37 @@ impl Bert {
             )?;
         }
         Ok(x)
+    }
+
+    /// Hidden states `[m, hidden]` of the tokens `keep` alone (flat indices into the one-row
+    /// sequence): the last layer computes nothing else where the mask allows it, which for a
+    /// wide choice is most of that layer's work.
+    pub fn forward_at(
+        &self,
+        tokens: &Tensor,
+        positions: &Tensor,
+        mask: &AttentionMask,
+        keep: &Tensor,
+    ) -> Result<Tensor> {
+        let Some((last, layers)) = self.layers.split_last() else {
+            return rows_at(&self.forward(tokens, positions, mask)?, keep);
+        };
+        let mut x = self.embed(tokens, positions)?;
+        let (heads, act) = (self.config.num_attention_heads, self.config.hidden_act);
+        for layer in layers {
+            x = layer.forward(&x, mask, heads, act, self.kernels)?;
+        }
+        let list: Arc<[u32]> = keep.to_vec1::<u32>()?.into();
+        match last.forward_at(&x, &(keep.clone(), list), mask, heads, act, self.kernels)? {
+            Some(hidden) => Ok(hidden),
+            None => rows_at(&last.forward(&x, mask, heads, act, self.kernels)?, keep),
+        }
+    }
+
+    fn embed(&self, tokens: &Tensor, positions: &Tensor) -> Result<Tensor> {
+        let x = (self.word_embeddings.forward(tokens)?
+            + self.position_embeddings.forward(positions)?)?
+        .broadcast_add(&self.token_type)?;
+        self.embeddings_norm.forward(&x)
     }
 }

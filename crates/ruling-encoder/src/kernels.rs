@@ -27,7 +27,7 @@ pub fn softmax(x: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op1(Softmax)
 }
 
-fn slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<&'a [f32]> {
+pub(crate) fn slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<&'a [f32]> {
     let CpuStorage::F32(data) = storage else {
         candle_core::bail!("{op} takes f32");
     };
@@ -37,32 +37,31 @@ fn slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<&'a [
     Ok(&data[start..end])
 }
 
-fn last_dim(layout: &Layout) -> usize {
+pub(crate) fn last_dim(layout: &Layout) -> usize {
     layout.shape().dims().last().copied().unwrap_or(1).max(1)
 }
 
-/// Fill `out` row by row (`width` values a row) with `f(row_index, row)`, across threads when
-/// the tensor is large enough to pay for them.
-fn by_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
-    let rows = out.len() / width;
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    if threads == 1 || out.len() < 1 << 15 {
+/// Fill `out` row by row (`width` values a row) with `f(row_index, row)`, across rayon's
+/// threads (the pool candle's matrix products already use, so no thread is started per call)
+/// when the tensor is large enough to pay for them.
+pub(crate) fn by_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    use rayon::prelude::*;
+    if out.len() < 1 << 15 || rayon::current_num_threads() == 1 {
         for (r, row) in out.chunks_mut(width).enumerate() {
             f(r, row);
         }
         return;
     }
-    let per_thread = rows.div_ceil(threads);
-    std::thread::scope(|scope| {
-        for (t, block) in out.chunks_mut(per_thread * width).enumerate() {
-            let f = &f;
-            scope.spawn(move || {
-                for (r, row) in block.chunks_mut(width).enumerate() {
-                    f(t * per_thread + r, row);
-                }
-            });
-        }
-    });
+    // Blocks of at least 8,192 values: small enough to share out, large enough that
+    // scheduling costs little beside the work.
+    let rows_per_block = (8192 / width.max(1)).max(1);
+    out.par_chunks_mut(rows_per_block * width)
+        .enumerate()
+        .for_each(|(b, block)| {
+            for (r, row) in block.chunks_mut(width).enumerate() {
+                f(b * rows_per_block + r, row);
+            }
+        });
 }
 
 fn output(values: Vec<f32>, layout: &Layout) -> (CpuStorage, Shape) {

@@ -9,13 +9,13 @@
 //! request is three batched attentions per layer however many questions and options it has.
 //!
 //! The gathered key row of a part is laid out as `[context, padding, own, padding]` with both
-//! halves padded to a multiple of [`KEY_ALIGN`]. That makes a part's floating-point result
-//! independent of the other parts it is batched with: what other questions add only moves the
+//! halves padded to a multiple of [`KEY_ALIGN`], so what other questions add only moves the
 //! own half by whole multiples of the alignment and appends masked keys, and the CPU kernels'
-//! vector lanes and accumulation order then see the same values in the same order. So a
-//! question's probabilities are bit-identical whatever else the request asks.
+//! vector lanes see the same values in the same order.
 //!
-//! Everything here is plain Rust on indices; `ops::attention` runs it.
+//! Everything here is plain Rust on indices; `ops::attention` runs it for training, and
+//! answering reads the same plan as per-part key lists (`crate::attend`), which skip the padding
+//! altogether.
 
 use std::ops::Range;
 

@@ -13,6 +13,7 @@
 //! names: BERT (`bert`) and ModernBERT (`modernbert`). `checkpoint` reads and checks encoder
 //! directories; `engine` serves a trained one behind the `Engine` port.
 
+mod attend;
 pub mod bert;
 pub mod checkpoint;
 mod engine;

@@ -100,6 +100,20 @@ impl Encoder {
         }
     }
 
+    /// Hidden states `[m, hidden]` of the flat token indices `keep` of a one-row sequence.
+    pub fn forward_at(
+        &self,
+        tokens: &Tensor,
+        positions: &Tensor,
+        mask: &AttentionMask,
+        keep: &Tensor,
+    ) -> Result<Tensor> {
+        match self {
+            Self::Bert(m) => m.forward_at(tokens, positions, mask, keep),
+            Self::ModernBert(m) => crate::ops::rows_at(&m.forward(tokens, positions, mask)?, keep),
+        }
+    }
+
     /// What the score head reads from a slot's hidden state: the hidden state itself, or the
     /// family's masked-LM transform where the checkpoint has one (ModernBERT's `head`).
     fn slot_features(&self, hidden: &Tensor) -> Result<Tensor> {
@@ -199,13 +213,9 @@ impl DecisionModel {
 
     /// One score per slot: `slots` are flat indices into the batch's sequence.
     pub fn slot_scores(&self, batch: &BatchTensors, slots: &Tensor) -> Result<Tensor> {
-        let hidden = self
-            .encoder
-            .forward(&batch.tokens, &batch.positions, &batch.mask)?;
-        let (rows, width, size) = hidden.dims3()?;
-        let picked = hidden
-            .reshape((rows * width, size))?
-            .index_select(slots, 0)?;
+        let picked =
+            self.encoder
+                .forward_at(&batch.tokens, &batch.positions, &batch.mask, slots)?;
         let features = self.encoder.slot_features(&picked)?;
         self.score.forward(&features)?.squeeze(1)
     }

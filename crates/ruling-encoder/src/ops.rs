@@ -7,8 +7,11 @@
 //! model runs: serving uses candle's fused ones, training ours. Both compute the same function;
 //! they differ only in floating-point rounding.
 
+use std::sync::Arc;
+
 use candle_core::{D, DType, Device, Module, Result, Tensor};
 
+use crate::attend::{Attend, KeyLists};
 use crate::layout::LayoutPlan;
 
 /// Which implementation of layer norm and softmax a model uses.
@@ -32,6 +35,16 @@ pub struct Linear {
 impl Linear {
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
         Self { weight, bias }
+    }
+
+    /// Several layers over the same input as one, their outputs side by side in order.
+    pub fn stacked(parts: &[&Self]) -> Result<Self> {
+        let weights: Vec<&Tensor> = parts.iter().map(|p| &p.weight).collect();
+        let biases: Option<Vec<&Tensor>> = parts.iter().map(|p| p.bias.as_ref()).collect();
+        Ok(Self {
+            weight: Tensor::cat(&weights, 0)?,
+            bias: biases.map(|b| Tensor::cat(&b, 0)).transpose()?,
+        })
     }
 
     pub fn load(
@@ -144,6 +157,9 @@ pub enum AttentionMask {
 pub struct GroupedMask {
     buckets: Vec<Bucket>,
     gather: Tensor,
+    /// The same mask as per-part key lists, for the one-pass attention of answering
+    /// ([`crate::attend`]); `None` for the per-row training layout.
+    lists: Option<Arc<KeyLists>>,
 }
 
 #[derive(Debug, Clone)]
@@ -180,6 +196,7 @@ impl GroupedMask {
         Ok(Self {
             buckets,
             gather: Tensor::from_slice(&plan.gather, plan.gather.len(), device)?,
+            lists: KeyLists::new(plan).map(Arc::new),
         })
     }
 }
@@ -223,9 +240,16 @@ impl AttentionMask {
                         })
                     })
                     .collect::<Result<Vec<_>>>()?;
+                let lists = match &mask.lists {
+                    Some(lists) => {
+                        Some(Arc::new(lists.within(flat.to_vec1::<u32>()?.into(), reach)))
+                    }
+                    None => None,
+                };
                 Ok(Self::Grouped(GroupedMask {
                     buckets,
                     gather: mask.gather.clone(),
+                    lists,
                 }))
             }
         }
@@ -262,6 +286,18 @@ pub fn attention(
             if batch != 1 {
                 candle_core::bail!("a grouped mask lays the batch out as one row, not {batch}");
             }
+            if let Some(lists) = &grouped.lists
+                && kernels == Kernels::Fused
+                && q.device().is_cpu()
+                && q.dtype() == DType::F32
+            {
+                let attend = Attend {
+                    lists: Arc::clone(lists),
+                    heads,
+                    queries: None,
+                };
+                return q.apply_op3_no_bwd(k, v, &attend)?.reshape((1, n, width));
+            }
             let (q, k, v) = (q.squeeze(0)?, k.squeeze(0)?, v.squeeze(0)?);
             let gathered = |x: &Tensor, index: &Tensor, units: usize, rows: usize| {
                 x.index_select(index, 0)?
@@ -283,6 +319,45 @@ pub fn attention(
                 .reshape((1, n, width))
         }
     }
+}
+
+/// Attention for the tokens `queries` alone: `q` holds their rows (`[m, heads * head_dim]`),
+/// `k` and `v` every token's (`[1, n, heads * head_dim]`). `None` when the mask has no key lists
+/// (only the answering layout has them), and the caller runs the whole sequence instead.
+pub fn attention_at(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    heads: usize,
+    mask: &AttentionMask,
+    queries: &Arc<[u32]>,
+) -> Result<Option<Tensor>> {
+    let AttentionMask::Grouped(GroupedMask {
+        lists: Some(lists), ..
+    }) = mask
+    else {
+        return Ok(None);
+    };
+    let attend = Attend {
+        lists: Arc::clone(lists),
+        heads,
+        queries: Some(Arc::clone(queries)),
+    };
+    q.apply_op3_no_bwd(k, v, &attend).map(Some)
+}
+
+impl AttentionMask {
+    /// Whether [`attention_at`] can run under this mask.
+    pub fn answers_at_slots(&self) -> bool {
+        matches!(self, Self::Grouped(GroupedMask { lists: Some(_), .. }))
+    }
+}
+
+/// The rows `keep` (flat indices over batch and sequence) of `[batch, n, hidden]` states, as
+/// `[m, hidden]`.
+pub fn rows_at(hidden: &Tensor, keep: &Tensor) -> Result<Tensor> {
+    let (rows, width, size) = hidden.dims3()?;
+    hidden.reshape((rows * width, size))?.index_select(keep, 0)
 }
 
 /// `[batch, n, heads * head_dim]` as `[batch, heads, n, head_dim]`, contiguous.

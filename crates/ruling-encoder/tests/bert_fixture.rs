@@ -95,3 +95,69 @@ fn tiny_bert() {
         "positions do not reach the model ({moved})"
     );
 }
+
+/// Answering runs attention token by token over key lists, projects queries, keys and values
+/// in one product, and runs the last layer only at the slots; training runs the batched,
+/// padded form of the same mask. Both must compute the same function.
+#[test]
+fn the_answering_path_computes_what_training_computes() {
+    use ruling_encoder::model::BatchTensors;
+    use ruling_encoder::{Limits, QuestionTokens, pack};
+
+    let dir = common::fixtures().join("tiny-bert");
+    let files = EncoderFiles::open(&dir).expect("tiny-bert opens");
+    let FamilyConfig::Bert(config) = &files.config else {
+        panic!("tiny-bert is a BERT model");
+    };
+    let encode = |text: &str| files.tokenizer.encode(text).unwrap();
+    let questions = vec![
+        QuestionTokens {
+            text: encode("Is this ticket about billing?"),
+            options: vec![encode("true"), encode("false")],
+        },
+        QuestionTokens {
+            text: encode("Which team should handle it?"),
+            options: (0..12)
+                .map(|i| encode(&format!("team number {i}, which handles case {i}")))
+                .collect(),
+        },
+    ];
+    let packed = pack(
+        &encode("My card was charged twice for the March invoice. Please refund one."),
+        &questions,
+        files.tokenizer.special(),
+        Limits {
+            max_positions: config.max_position_embeddings,
+            max_tokens: 4096,
+        },
+    )
+    .unwrap();
+    let device = Device::Cpu;
+    let batch = BatchTensors::new(&[&packed], &device).unwrap();
+    let slots = batch.slot_indices(&[&packed]);
+    let slots = Tensor::from_slice(&slots, slots.len(), &device).unwrap();
+    let load = |kernels| {
+        let vb = VarBuilder::from_tensors(files.tensors.clone(), DType::F32, &device);
+        Bert::load(vb, config, kernels).unwrap()
+    };
+    let (answering, training) = (load(Kernels::Fused), load(Kernels::Differentiable));
+    let every = |model: &Bert| {
+        model
+            .forward(&batch.tokens, &batch.positions, &batch.mask)
+            .unwrap()
+    };
+    let diff = max_abs_diff(&every(&answering), &every(&training));
+    eprintln!("every token: max abs difference {diff:e}");
+    assert!(diff < 1e-5, "every token: {diff}");
+    let at_slots = answering
+        .forward_at(&batch.tokens, &batch.positions, &batch.mask, &slots)
+        .unwrap();
+    let reference = every(&training)
+        .squeeze(0)
+        .unwrap()
+        .index_select(&slots, 0)
+        .unwrap();
+    let diff = max_abs_diff(&at_slots, &reference);
+    eprintln!("slots only: max abs difference {diff:e}");
+    assert!(diff < 1e-5, "slots only: {diff}");
+}
