@@ -298,7 +298,13 @@ pub fn attention(
                 };
                 return q.apply_op3_no_bwd(k, v, &attend)?.reshape((1, n, width));
             }
-            let (q, k, v) = (q.squeeze(0)?, k.squeeze(0)?, v.squeeze(0)?);
+            // Answering's fused projection hands over column slices of one product; the
+            // gathers below need whole rows.
+            let (q, k, v) = (
+                q.squeeze(0)?.contiguous()?,
+                k.squeeze(0)?.contiguous()?,
+                v.squeeze(0)?.contiguous()?,
+            );
             let gathered = |x: &Tensor, index: &Tensor, units: usize, rows: usize| {
                 x.index_select(index, 0)?
                     .reshape((units, rows, heads, head_dim))?
