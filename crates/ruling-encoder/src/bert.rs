@@ -60,15 +60,45 @@ pub struct BertConfig {
     pub layer_norm_eps: f64,
 }
 
+/// The query, key and value projections of a layer.
+#[derive(Debug, Clone)]
+enum Projections {
+    /// Apart, so each weight is its own variable: for training.
+    Separate {
+        query: Linear,
+        key: Linear,
+        value: Linear,
+    },
+    /// As one product, queries, keys and values side by side: one pass over the input instead
+    /// of three, for answering.
+    Fused(Linear),
+}
+
+impl Projections {
+    /// Queries, keys and values of `x`; the fused form gives column slices of one tensor.
+    fn forward(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        match self {
+            Self::Separate { query, key, value } => {
+                Ok((query.forward(x)?, key.forward(x)?, value.forward(x)?))
+            }
+            Self::Fused(qkv) => thirds(&qkv.forward(x)?),
+        }
+    }
+}
+
+/// The query, key and value slices of a fused projection's output.
+fn thirds(qkv: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    let h = qkv.dim(D::Minus1)? / 3;
+    Ok((
+        qkv.narrow(D::Minus1, 0, h)?,
+        qkv.narrow(D::Minus1, h, h)?,
+        qkv.narrow(D::Minus1, 2 * h, h)?,
+    ))
+}
+
 #[derive(Debug, Clone)]
 struct Layer {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    /// For answering: the three projections as one product (one pass over the input instead
-    /// of three), and keys and values alone for a last layer that queries only at its slots.
-    /// Training keeps them apart, so each weight is its own variable.
-    fused: Option<(Linear, Linear)>,
+    projections: Projections,
     attention_output: Linear,
     attention_norm: LayerNorm,
     intermediate: Linear,
@@ -85,18 +115,12 @@ impl Layer {
         let query = Linear::load(&own.pp("query"), h, h, true)?;
         let key = Linear::load(&own.pp("key"), h, h, true)?;
         let value = Linear::load(&own.pp("value"), h, h, true)?;
-        let fused = match kernels {
-            Kernels::Fused => Some((
-                Linear::stacked(&[&query, &key, &value])?,
-                Linear::stacked(&[&key, &value])?,
-            )),
-            Kernels::Differentiable => None,
+        let projections = match kernels {
+            Kernels::Fused => Projections::Fused(Linear::stacked(&[&query, &key, &value])?),
+            Kernels::Differentiable => Projections::Separate { query, key, value },
         };
         Ok(Self {
-            query,
-            key,
-            value,
-            fused,
+            projections,
             attention_output: Linear::load(&out.pp("dense"), h, h, true)?,
             attention_norm: LayerNorm::load(
                 &out.pp("LayerNorm"),
@@ -130,29 +154,14 @@ impl Layer {
         act: HiddenAct,
         kernels: Kernels,
     ) -> Result<Tensor> {
-        let h = x.dim(D::Minus1)?;
-        let (q, k, v) = match &self.fused {
-            Some((qkv, _)) => {
-                let qkv = qkv.forward(x)?;
-                (
-                    qkv.narrow(D::Minus1, 0, h)?,
-                    qkv.narrow(D::Minus1, h, h)?,
-                    qkv.narrow(D::Minus1, 2 * h, h)?,
-                )
-            }
-            None => (
-                self.query.forward(x)?,
-                self.key.forward(x)?,
-                self.value.forward(x)?,
-            ),
-        };
+        let (q, k, v) = self.projections.forward(x)?;
         let context = attention(&q, &k, &v, heads, mask, kernels)?;
         self.finish(&context, x, act, kernels)
     }
 
-    /// The layer's output for the tokens `keep` alone (`index` is the same list as a tensor):
-    /// every token's keys and values, but queries, the output projection and the feed-forward
-    /// only at those rows. `None` where the mask or the loaded form cannot do that.
+    /// The layer's output for the tokens `keep` alone (`keep.0` is the same list as a tensor):
+    /// every token's keys and values, but attention, the output projection and the
+    /// feed-forward only at those rows. `None` where the mask or the loaded form cannot do that.
     fn forward_at(
         &self,
         x: &Tensor,
@@ -162,20 +171,19 @@ impl Layer {
         act: HiddenAct,
         kernels: Kernels,
     ) -> Result<Option<Tensor>> {
-        let Some((_, kv)) = &self.fused else {
+        let Projections::Fused(qkv) = &self.projections else {
             return Ok(None);
         };
         if !mask.answers_at_slots() {
             return Ok(None);
         }
-        let h = x.dim(D::Minus1)?;
-        let kv = kv.forward(x)?;
-        let rows = x.squeeze(0)?.index_select(&keep.0, 0)?;
-        let q = self.query.forward(&rows)?;
-        let (k, v) = (kv.narrow(D::Minus1, 0, h)?, kv.narrow(D::Minus1, h, h)?);
+        let every = qkv.forward(x)?;
+        let (_, k, v) = thirds(&every)?;
+        let (q, _, _) = thirds(&every.squeeze(0)?.index_select(&keep.0, 0)?)?;
         let Some(context) = attention_at(&q, &k, &v, heads, mask, &keep.1)? else {
             return Ok(None);
         };
+        let rows = x.squeeze(0)?.index_select(&keep.0, 0)?;
         self.finish(&context, &rows, act, kernels).map(Some)
     }
 
