@@ -14,17 +14,6 @@ use ruling_encoder::{AttentionMask, EncoderFiles, Kernels};
 
 const TOLERANCE: f32 = 1e-4;
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
-
 #[test]
 fn tiny_bert() {
     let dir = common::fixtures().join("tiny-bert");
@@ -69,7 +58,7 @@ fn tiny_bert() {
     for kernels in [Kernels::Fused, Kernels::Differentiable] {
         let model = load(kernels);
         for (name, mask) in [("dense", &dense), ("grouped", &grouped)] {
-            let diff = max_abs_diff(
+            let diff = common::max_abs_diff(
                 &model.forward(&tokens, &positions, mask).unwrap(),
                 &reference,
             );
@@ -83,7 +72,7 @@ fn tiny_bert() {
 
     // Absolute positions: the same tokens at positions 1..n+1 give other hidden states.
     let shifted = (&positions + 1.0).unwrap();
-    let moved = max_abs_diff(
+    let moved = common::max_abs_diff(
         &load(Kernels::Fused)
             .forward(&tokens, &shifted, &dense)
             .unwrap(),
@@ -146,7 +135,7 @@ fn the_answering_path_computes_what_training_computes() {
             .forward(&batch.tokens, &batch.positions, &batch.mask)
             .unwrap()
     };
-    let diff = max_abs_diff(&every(&answering), &every(&training));
+    let diff = common::max_abs_diff(&every(&answering), &every(&training));
     eprintln!("every token: max abs difference {diff:e}");
     assert!(diff < 1e-5, "every token: {diff}");
     let at_slots = answering
@@ -157,7 +146,7 @@ fn the_answering_path_computes_what_training_computes() {
         .unwrap()
         .index_select(&slots, 0)
         .unwrap();
-    let diff = max_abs_diff(&at_slots, &reference);
+    let diff = common::max_abs_diff(&at_slots, &reference);
     eprintln!("slots only: max abs difference {diff:e}");
     assert!(diff < 1e-5, "slots only: {diff}");
 }

@@ -45,14 +45,7 @@ fn bert_matches_candle_transformers_on_minilm() {
                 .unwrap()
                 .forward(&tokens, &positions, mask)
                 .unwrap();
-            let diff = (ours - &reference)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+            let diff = common::max_abs_diff(&ours, &reference);
             assert!(
                 diff < 1e-4,
                 "{kernels:?}, {mask:?}: max abs difference {diff}"

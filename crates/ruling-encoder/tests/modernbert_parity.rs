@@ -16,17 +16,6 @@ use ruling_encoder::{AttentionMask, EncoderFiles, Kernels};
 
 const TOLERANCE: f32 = 1e-4;
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
-
 fn ours(
     files: &EncoderFiles,
     config: &ModernBertConfig,
@@ -86,7 +75,7 @@ fn modernbert_matches_candle_transformers_on_tiny_modernbert() {
     let grouped = AttentionMask::Grouped(GroupedMask::new(&LayoutPlan::full(n), &device).unwrap());
     for kernels in [Kernels::Fused, Kernels::Differentiable] {
         for (name, mask) in [("dense", &dense), ("grouped", &grouped)] {
-            let diff = max_abs_diff(
+            let diff = common::max_abs_diff(
                 &ours(&files, config, kernels, &tokens, &positions, mask),
                 &reference,
             );
@@ -103,7 +92,7 @@ fn modernbert_matches_candle_transformers_on_tiny_modernbert() {
     // moves by hundredths, against parity errors below 1e-6).
     let mut global = config.clone();
     global.local_attention = 4 * n;
-    let unwindowed = max_abs_diff(
+    let unwindowed = common::max_abs_diff(
         &ours(&files, &global, Kernels::Fused, &tokens, &positions, &dense),
         &reference,
     );
@@ -117,7 +106,7 @@ fn modernbert_matches_candle_transformers_on_tiny_modernbert() {
     // same amount changes nothing but rounding.
     let shifted = (&positions + 7.0).unwrap();
     for (name, mask) in [("dense", &dense), ("grouped", &grouped)] {
-        let diff = max_abs_diff(
+        let diff = common::max_abs_diff(
             &ours(&files, config, Kernels::Fused, &tokens, &shifted, mask),
             &reference,
         );

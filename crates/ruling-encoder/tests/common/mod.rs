@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use candle_core::Tensor;
 use ruling_models::{LocalModel, PullOptions};
 
 pub fn workspace() -> PathBuf {
@@ -73,4 +74,16 @@ pub fn decision_checkpoint(base: &Path, out: &Path, name: &str) -> PathBuf {
     )
     .unwrap();
     out.to_owned()
+}
+
+/// The largest absolute difference between two tensors of one shape.
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
 }
