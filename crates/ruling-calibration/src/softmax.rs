@@ -13,6 +13,9 @@
 //!   equally, and that limit is what is returned.
 //! - Input with no usable entry (empty, all `-inf`) or any NaN is refused with a
 //!   [`SoftmaxError`], because any answer would be invented.
+//! - Every normalising sum adds its terms smallest first, whatever order the logits come in,
+//!   so permuting the logits permutes the result exactly, bit for bit: the options of a
+//!   question in another order get the same probabilities, not ones a rounding apart.
 
 use thiserror::Error;
 
@@ -58,7 +61,7 @@ pub fn log_sum_exp(logits: &[f64]) -> f64 {
         // -inf: empty or all impossible; +inf: dominates everything else.
         return max;
     }
-    let sum: f64 = logits.iter().map(|&x| (x - max).exp()).sum();
+    let sum = order_free_sum(logits.iter().map(|&x| (x - max).exp()));
     // sum >= 1 because the maximum contributes exp(0), so the log is finite.
     max + sum.ln()
 }
@@ -91,7 +94,7 @@ pub fn log_softmax(logits: &[f64]) -> Result<Vec<f64>, SoftmaxError> {
             })
             .collect());
     }
-    let shifted_sum: f64 = logits.iter().map(|&x| (x - max).exp()).sum();
+    let shifted_sum = order_free_sum(logits.iter().map(|&x| (x - max).exp()));
     let log_norm = shifted_sum.ln();
     // Subtracting the maximum before the normaliser keeps huge logits exact: (x - max) is
     // computed once, not (x - (max + ln sum)), which would lose the small differences.
@@ -151,11 +154,18 @@ fn scaled_softmax(logits: &[f64], inverse_temperature: f64) -> Result<Vec<f64>, 
         .iter()
         .map(|&x| ((x - max) * inverse_temperature).exp())
         .collect();
-    let sum: f64 = probs.iter().sum();
+    let sum = order_free_sum(probs.iter().copied());
     for p in &mut probs {
         *p /= sum;
     }
     Ok(probs)
+}
+
+/// The sum of non-negative `terms`, smallest first: the same bits in any order.
+fn order_free_sum(terms: impl Iterator<Item = f64>) -> f64 {
+    let mut terms: Vec<f64> = terms.collect();
+    terms.sort_by(f64::total_cmp);
+    terms.iter().sum()
 }
 
 /// The largest entry, refusing input for which no distribution exists.

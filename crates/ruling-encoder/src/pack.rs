@@ -97,19 +97,13 @@ impl EncoderQuestion {
             QuestionKind::Score { levels, .. } => Self {
                 id,
                 kind: AnswerType::Score,
-                text: format!("Choose the level that fits, from lowest to highest. {instructions}"),
+                // A level's slot carries its text alone, never its rank: reversing the levels
+                // then gives every level the same input, so the same probability.
+                text: format!("Choose the level that fits. {instructions}"),
                 options: levels
                     .iter()
                     .enumerate()
-                    .map(|(i, level)| {
-                        let text = format!(
-                            "level {} of {}: {}",
-                            i + 1,
-                            levels.len(),
-                            one_line(&level.render())
-                        );
-                        (i.to_string(), text)
-                    })
+                    .map(|(i, level)| (i.to_string(), one_line(&level.render())))
                     .collect(),
             },
             QuestionKind::Choice { options, .. } => Self {

@@ -55,6 +55,11 @@ fn urgency() -> Value {
     json!({"type": "score", "instructions": "How urgent is it?", "criteria": ["can wait", "this week", "today"]})
 }
 
+/// The same scale written highest first: its level `i` is `urgency`'s level `2 - i`.
+fn urgency_reversed() -> Value {
+    json!({"type": "score", "instructions": "How urgent is it?", "criteria": ["today", "this week", "can wait"]})
+}
+
 fn request(questions: Value) -> Value {
     json!({"model": "test-encoder", "state": STATE, "questions": questions})
 }
@@ -103,6 +108,25 @@ fn invariance_holds(engine: &EncoderEngine) {
             "{id} reordered"
         );
         assert_eq!(probabilities(single), expected, "{id} alone");
+    }
+    // A reversed scale: level i's probability is the original level n - 1 - i's, bit for bit.
+    let Answer::Score { probabilities, .. } = &alone("urgency", urgency_reversed()) else {
+        panic!("a score answer")
+    };
+    let Answer::Score {
+        probabilities: original,
+        ..
+    } = &all.answers["urgency"]
+    else {
+        panic!("a score answer")
+    };
+    let n = original.len();
+    for i in 0..n {
+        assert_eq!(
+            probabilities[&i.to_string()].to_bits(),
+            original[&(n - 1 - i).to_string()].to_bits(),
+            "urgency reversed, level {i}"
+        );
     }
     let Answer::Choice { probabilities, .. } = &all.answers["team"] else {
         panic!()
