@@ -56,9 +56,7 @@ impl CandleBackend {
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
         {
-            let content = read_gguf_header(path)?;
-            let tokenizer = TextTokenizer::from_gguf(&content)?;
-            let template = ChatTemplate::from_gguf(&content)?;
+            let (tokenizer, template) = gguf_text(path)?;
             let decoder = Decoder::from_gguf(path, options.dtype, &device)?;
             (decoder, tokenizer, template)
         } else {
@@ -114,6 +112,16 @@ impl CandleBackend {
     pub fn set_layout(&mut self, layout: BranchLayout) {
         self.layout = layout;
     }
+}
+
+/// The tokenizer and chat template a GGUF file carries in its metadata, for a backend that
+/// runs the file's weights elsewhere but tokenizes and renders exactly as this one does.
+pub fn gguf_text(path: &Path) -> Result<(TextTokenizer, ChatTemplate), LoadError> {
+    let content = read_gguf_header(path)?;
+    Ok((
+        TextTokenizer::from_gguf(&content)?,
+        ChatTemplate::from_gguf(&content)?,
+    ))
 }
 
 fn read_gguf_header(path: &Path) -> Result<gguf_file::Content, LoadError> {

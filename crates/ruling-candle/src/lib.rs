@@ -15,7 +15,7 @@ pub mod template;
 pub mod tokenizer;
 mod weights;
 
-pub use backend::{CandleBackend, LoadOptions};
+pub use backend::{CandleBackend, LoadOptions, gguf_text};
 pub use config::{Activation, DecoderConfig, Family, RopeStyle};
 pub use decoder::{BranchBudget, BranchLayout, CodeLogits, Decoder, KvCache, PREFILL_CHUNK};
 pub use error::LoadError;

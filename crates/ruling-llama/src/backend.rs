@@ -1,0 +1,314 @@
+//! [`LlamaCppBackend`]: a GGUF decoder on llama.cpp behind the [`Backend`] port, tokenized and
+//! templated by the project's own code so both backends read the same ids.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use llama_cpp_2::llama_backend::LlamaBackend as Runtime;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use ruling_backend::{Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, Role};
+use ruling_candle::{ChatTemplate, TextTokenizer};
+
+use crate::error::LoadError;
+use crate::worker::{ContextShape, OwnedBranch, Pool, SavedPrefix};
+
+/// KV cells a context holds unless asked for more: the cache is allocated whole at load, and
+/// most models' trained windows (32K for Qwen2.5) would cost hundreds of MB per context.
+pub const DEFAULT_CONTEXT: usize = 8192;
+/// Tokens one decode call takes (prefill chunks, and the branches decoded together).
+pub const DEFAULT_BATCH: usize = 2048;
+/// Sequences per context: the prefix and up to this many minus one branches per decode.
+pub const DEFAULT_SEQUENCES: usize = 64;
+
+/// How to load and run a GGUF model on llama.cpp.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Contexts, one per thread that may score at once (the server's engine workers).
+    pub contexts: usize,
+    /// Threads each context computes with (default: the machine's cores over the contexts).
+    pub threads: Option<usize>,
+    /// Prefix plus branches decoded together, in tokens (default: [`DEFAULT_CONTEXT`], never
+    /// more than the model was trained for).
+    pub context_length: Option<usize>,
+    /// The identity reported to calibration and reports (default: the file name).
+    pub model_id: Option<String>,
+    /// The exact revision of the weights, when known.
+    pub revision: Option<String>,
+    /// Branches decoded together in one llama.cpp call (default 1). llama.cpp's result for a
+    /// branch depends on what else is in its batch: measured on SmolLM2-135M, one branch's
+    /// code log-probability moved by up to 0.3 between decoding it alone, first of six and
+    /// last of six. Alone, a branch reads exactly what the same tokens read as one sequence,
+    /// whatever else the request asks; more than one trades that for fewer calls.
+    pub branches_per_decode: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            contexts: 1,
+            threads: None,
+            context_length: None,
+            model_id: None,
+            revision: None,
+            branches_per_decode: 1,
+        }
+    }
+}
+
+/// llama.cpp is initialised once per process and never torn down.
+fn runtime() -> Result<&'static Runtime, LoadError> {
+    static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            // llama.cpp's own log lines go to tracing, where the binaries' filters apply.
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            Runtime::init().map_err(|err| err.to_string())
+        })
+        .as_ref()
+        .map_err(|err| LoadError::Runtime(err.clone()))
+}
+
+/// A GGUF decoder on llama.cpp's CPU kernels, ready to serve the [`Backend`] port.
+pub struct LlamaCppBackend {
+    info: BackendInfo,
+    tokenizer: TextTokenizer,
+    template: ChatTemplate,
+    system_role: bool,
+    vocab: usize,
+    max_branch: usize,
+    model: Arc<LlamaModel>,
+    pool: Pool,
+    next_prefix: AtomicU64,
+}
+
+impl std::fmt::Debug for LlamaCppBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaCppBackend")
+            .field("info", &self.info)
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A prefix encoded on llama.cpp: its sequence saved, restorable into any of the backend's
+/// contexts (so the engine's prefix cache works across requests and workers).
+pub struct LlamaPrefix(Arc<SavedPrefix>);
+
+impl std::fmt::Debug for LlamaPrefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaPrefix")
+            .field("tokens", &self.0.len)
+            .field("bytes", &self.0.state.byte_len())
+            .finish()
+    }
+}
+
+impl LlamaCppBackend {
+    /// Load a `.gguf` file: weights into llama.cpp, tokenizer and chat template from its
+    /// metadata by the project's own readers.
+    pub fn load(path: &Path, options: &LoadOptions) -> Result<Self, LoadError> {
+        if !path.is_file()
+            || !path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+        {
+            return Err(LoadError::NotGguf(path.into()));
+        }
+        let (tokenizer, template) = ruling_candle::gguf_text(path)?;
+        let runtime = runtime()?;
+        let model = LlamaModel::load_from_file(runtime, path, &LlamaModelParams::default())
+            .map_err(|err| LoadError::Model {
+                path: path.into(),
+                message: err.to_string(),
+            })?;
+        let trained = model.n_ctx_train() as usize;
+        let context_length = options
+            .context_length
+            .unwrap_or(DEFAULT_CONTEXT)
+            .min(trained)
+            .max(1);
+        let contexts = options.contexts.max(1);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = options.threads.unwrap_or((cores / contexts).max(1));
+        let shape = ContextShape {
+            n_ctx: u32::try_from(context_length).unwrap_or(u32::MAX),
+            n_batch: DEFAULT_BATCH.min(context_length) as u32,
+            n_seq: DEFAULT_SEQUENCES as u32,
+            branches_per_decode: options.branches_per_decode.clamp(1, DEFAULT_SEQUENCES - 1),
+            threads: i32::try_from(threads).unwrap_or(1),
+        };
+        let vocab = usize::try_from(model.n_vocab()).unwrap_or(0);
+        let model = Arc::new(model);
+        let pool = Pool::start(runtime, Arc::clone(&model), shape, contexts)?;
+        let system_role = template
+            .render(
+                &[
+                    ChatMessage::new(Role::System, "s"),
+                    ChatMessage::new(Role::User, "u"),
+                ],
+                true,
+            )
+            .is_ok();
+        let model_id = options.model_id.clone().unwrap_or_else(|| {
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+        Ok(Self {
+            info: BackendInfo {
+                model_id,
+                revision: options.revision.clone(),
+                context_length,
+                vision: false,
+                max_token_bytes: tokenizer.max_token_bytes(),
+            },
+            tokenizer,
+            template,
+            system_role,
+            vocab,
+            max_branch: shape.n_batch as usize,
+            model,
+            pool,
+            next_prefix: AtomicU64::new(0),
+        })
+    }
+
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.tokenizer
+    }
+
+    /// llama.cpp's own tokenization of `text` (no special tokens added, special tokens in the
+    /// text recognised), to check it against the project's tokenizer.
+    pub fn llama_tokenize(&self, text: &str) -> Vec<u32> {
+        self.model
+            .vocab()
+            .tokenize(text.as_bytes(), false, true)
+            .into_iter()
+            .map(|t| t.0 as u32)
+            .collect()
+    }
+
+    fn check_branches(
+        &self,
+        prefix_len: usize,
+        branches: &[Branch<'_>],
+    ) -> Result<(), BackendError> {
+        for (index, branch) in branches.iter().enumerate() {
+            let needed = prefix_len + branch.tokens.len();
+            if needed > self.info.context_length {
+                return Err(BackendError::ContextExceeded {
+                    branch: index,
+                    needed,
+                    limit: self.info.context_length,
+                });
+            }
+            if branch.tokens.is_empty() {
+                return Err(BackendError::InvalidBranch {
+                    branch: index,
+                    reason: "a branch needs at least one token".into(),
+                });
+            }
+            if branch.tokens.len() > self.max_branch {
+                return Err(BackendError::InvalidBranch {
+                    branch: index,
+                    reason: format!(
+                        "{} tokens, over the {} one decode call takes",
+                        branch.tokens.len(),
+                        self.max_branch
+                    ),
+                });
+            }
+            if let Some(id) = branch
+                .tokens
+                .iter()
+                .chain(branch.codes)
+                .find(|&&id| id as usize >= self.vocab)
+            {
+                return Err(BackendError::InvalidBranch {
+                    branch: index,
+                    reason: format!("token id {id} is outside the vocabulary of {}", self.vocab),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Backend for LlamaCppBackend {
+    type Prefix = LlamaPrefix;
+
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
+        self.template
+            .render(messages, true)
+            .map_err(|err| BackendError::Template {
+                message: err.to_string(),
+                source: Some(Box::new(err)),
+            })
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        self.tokenizer
+            .encode(text)
+            .map_err(|err| BackendError::Tokenizer {
+                source: Box::new(err),
+            })
+    }
+
+    fn encode_prefix(&self, tokens: &[u32]) -> Result<LlamaPrefix, BackendError> {
+        if tokens.len() > self.info.context_length {
+            return Err(BackendError::ContextExceeded {
+                branch: 0,
+                needed: tokens.len(),
+                limit: self.info.context_length,
+            });
+        }
+        if let Some(id) = tokens.iter().find(|&&id| id as usize >= self.vocab) {
+            return Err(BackendError::InvalidBranch {
+                branch: 0,
+                reason: format!(
+                    "prefix token id {id} is outside the vocabulary of {}",
+                    self.vocab
+                ),
+            });
+        }
+        let id = self.next_prefix.fetch_add(1, Ordering::Relaxed);
+        let tokens = tokens.to_vec();
+        let saved = self.pool.run(move |worker| worker.prefill(id, &tokens))??;
+        Ok(LlamaPrefix(Arc::new(saved)))
+    }
+
+    fn prefix_len(&self, prefix: &LlamaPrefix) -> usize {
+        prefix.0.len
+    }
+
+    fn prefix_bytes(&self, prefix: &LlamaPrefix) -> usize {
+        prefix.0.state.byte_len()
+    }
+
+    fn score_branches(
+        &self,
+        prefix: &LlamaPrefix,
+        branches: &[Branch<'_>],
+    ) -> Result<Vec<BranchLogits>, BackendError> {
+        self.check_branches(prefix.0.len, branches)?;
+        let owned: Vec<OwnedBranch> = branches
+            .iter()
+            .map(|b| OwnedBranch {
+                tokens: b.tokens.to_vec(),
+                codes: b.codes.to_vec(),
+            })
+            .collect();
+        let saved = Arc::clone(&prefix.0);
+        self.pool.run(move |worker| worker.score(&saved, &owned))?
+    }
+
+    fn accepts_system_role(&self) -> bool {
+        self.system_role
+    }
+}

@@ -1,0 +1,355 @@
+//! llama.cpp contexts, each on a thread of its own.
+//!
+//! A context borrows its model and may be used by one thread at a time. So each context lives
+//! on a worker thread that holds the model (an `Arc`) for as long as the context exists, and
+//! callers hand it jobs through one shared queue: concurrent callers use every context, and
+//! the model is freed when the last worker ends. No lifetime is erased and nothing is unsafe.
+
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend as Runtime;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
+use ruling_backend::{BackendError, BranchLogits};
+
+use crate::error::LoadError;
+
+/// The shape of every context a backend creates.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContextShape {
+    /// KV cells: the longest prefix plus the branches decoded together with it.
+    pub n_ctx: u32,
+    /// Most tokens one decode call takes.
+    pub n_batch: u32,
+    /// Sequences: seq 0 holds the prefix, 1.. the branches of one decode.
+    pub n_seq: u32,
+    /// Branches decoded together in one call (at most `n_seq - 1`).
+    pub branches_per_decode: usize,
+    pub threads: i32,
+}
+
+/// An encoded prefix as llama.cpp saves a sequence: its cells' keys and values, which any
+/// context of the same shape restores without running the prefix again.
+pub(crate) struct SavedPrefix {
+    /// Tells contexts apart the prefixes they already hold in sequence 0.
+    pub id: u64,
+    pub len: usize,
+    pub state: SeqState,
+}
+
+/// One branch, owned so it can cross to a worker thread.
+pub(crate) struct OwnedBranch {
+    pub tokens: Vec<u32>,
+    pub codes: Vec<u32>,
+}
+
+type Job = Box<dyn for<'m> FnOnce(&mut Worker<'m>) + Send>;
+
+/// The worker threads and the queue they take jobs from.
+pub(crate) struct Pool {
+    jobs: Option<mpsc::Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("workers", &self.threads.len())
+            .finish()
+    }
+}
+
+impl Pool {
+    /// Start `workers` threads, each with its own context; returns once every context exists
+    /// (or with the first failure).
+    pub fn start(
+        runtime: &'static Runtime,
+        model: Arc<LlamaModel>,
+        shape: ContextShape,
+        workers: usize,
+    ) -> Result<Self, LoadError> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let queue = Arc::new(Mutex::new(queue));
+        let (ready_tx, ready) = mpsc::channel::<Result<(), LoadError>>();
+        let mut threads = Vec::with_capacity(workers);
+        for index in 0..workers.max(1) {
+            let model = Arc::clone(&model);
+            let queue = Arc::clone(&queue);
+            let ready_tx = ready_tx.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("llama-{index}"))
+                .spawn(move || {
+                    let mut worker = match Worker::new(runtime, &model, shape) {
+                        Ok(worker) => {
+                            let _ = ready_tx.send(Ok(()));
+                            worker
+                        }
+                        Err(err) => {
+                            let _ = ready_tx.send(Err(err));
+                            return;
+                        }
+                    };
+                    drop(ready_tx);
+                    loop {
+                        // The lock is held only while taking a job, never while running it.
+                        let job = match queue.lock() {
+                            Ok(queue) => queue.recv(),
+                            Err(_) => return,
+                        };
+                        match job {
+                            Ok(job) => job(&mut worker),
+                            Err(_) => return,
+                        }
+                    }
+                })
+                .map_err(LoadError::Thread)?;
+            threads.push(thread);
+        }
+        drop(ready_tx);
+        let pool = Self {
+            jobs: Some(jobs),
+            threads,
+        };
+        for _ in 0..pool.threads.len() {
+            match ready.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => return Err(err),
+                Err(_) => return Err(LoadError::Runtime("a worker thread ended at start".into())),
+            }
+        }
+        Ok(pool)
+    }
+
+    /// Run `job` on the next free context and wait for its result.
+    pub fn run<R: Send + 'static>(
+        &self,
+        job: impl for<'m> FnOnce(&mut Worker<'m>) -> R + Send + 'static,
+    ) -> Result<R, BackendError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let job: Job = Box::new(move |worker| {
+            let _ = tx.send(job(worker));
+        });
+        let gone = || BackendError::Forward {
+            source: "the llama.cpp worker threads have stopped".into(),
+        };
+        self.jobs
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(job)
+            .map_err(|_| gone())?;
+        rx.recv().map_err(|_| gone())
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Closing the queue ends every worker's loop; each drops its context, then its model.
+        self.jobs = None;
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One context, its reusable batch, and which prefix its sequence 0 holds.
+pub(crate) struct Worker<'m> {
+    context: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    shape: ContextShape,
+    /// The id of the prefix in sequence 0, if any.
+    holds: Option<u64>,
+}
+
+fn forward(what: &str, err: impl std::fmt::Display) -> BackendError {
+    BackendError::Forward {
+        source: format!("llama.cpp {what}: {err}").into(),
+    }
+}
+
+impl<'m> Worker<'m> {
+    fn new(
+        runtime: &Runtime,
+        model: &'m LlamaModel,
+        shape: ContextShape,
+    ) -> Result<Self, LoadError> {
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(shape.n_ctx))
+            .with_n_batch(shape.n_batch)
+            .with_n_ubatch(shape.n_batch)
+            .with_n_seq_max(shape.n_seq)
+            .with_kv_unified(true)
+            .with_n_threads(shape.threads)
+            .with_n_threads_batch(shape.threads);
+        let context = model
+            .new_context(runtime, params)
+            .map_err(|err| LoadError::Context {
+                n_ctx: shape.n_ctx,
+                message: err.to_string(),
+            })?;
+        Ok(Self {
+            context,
+            batch: LlamaBatch::new(shape.n_batch as usize, 1),
+            shape,
+            holds: None,
+        })
+    }
+
+    /// Run `tokens` into sequence 0 of an empty cache and save that sequence.
+    pub fn prefill(&mut self, id: u64, tokens: &[u32]) -> Result<SavedPrefix, BackendError> {
+        self.forget();
+        for (chunk_index, chunk) in tokens.chunks(self.shape.n_batch as usize).enumerate() {
+            self.batch.clear();
+            let start = chunk_index * self.shape.n_batch as usize;
+            for (offset, &token) in chunk.iter().enumerate() {
+                self.batch
+                    .add(token_of(token), position(start + offset), &[0], false)
+                    .map_err(|err| forward("batch", err))?;
+            }
+            if let Err(err) = self.context.decode(&mut self.batch) {
+                self.forget();
+                return Err(forward("prefill", err));
+            }
+        }
+        let state = self
+            .context
+            .state_seq_get(0, LlamaStateSeqFlags::empty())
+            .map_err(|err| forward("saving the prefix", err))?;
+        self.holds = Some(id);
+        Ok(SavedPrefix {
+            id,
+            len: tokens.len(),
+            state,
+        })
+    }
+
+    /// Score every branch over `prefix`: decoded in groups that fit one batch, the sequence
+    /// cap and the cache, each branch in a sequence that shares the prefix's cells, logits
+    /// asked for only at each branch's last token.
+    pub fn score(
+        &mut self,
+        prefix: &SavedPrefix,
+        branches: &[OwnedBranch],
+    ) -> Result<Vec<BranchLogits>, BackendError> {
+        self.restore(prefix)?;
+        let budget = (self.shape.n_batch as usize)
+            .min((self.shape.n_ctx as usize).saturating_sub(prefix.len));
+        let max_branches = self
+            .shape
+            .branches_per_decode
+            .clamp(1, self.shape.n_seq as usize - 1);
+        let mut scored = Vec::with_capacity(branches.len());
+        let mut start = 0;
+        while start < branches.len() {
+            let mut end = start;
+            let mut tokens = 0;
+            while end < branches.len()
+                && end - start < max_branches
+                && (end == start || tokens + branches[end].tokens.len() <= budget)
+            {
+                tokens += branches[end].tokens.len();
+                end += 1;
+            }
+            let group = &branches[start..end];
+            let result = self.decode_group(prefix.len, group);
+            // The branches' cells go whatever happened, so the cache never grows.
+            for seq in 1..=group.len() {
+                let _ = self
+                    .context
+                    .clear_kv_cache_seq(Some(seq as u32), None, None);
+            }
+            match result {
+                Ok(group_scores) => scored.extend(group_scores),
+                Err(err) => {
+                    self.forget();
+                    return Err(err);
+                }
+            }
+            start = end;
+        }
+        Ok(scored)
+    }
+
+    fn decode_group(
+        &mut self,
+        prefix_len: usize,
+        group: &[OwnedBranch],
+    ) -> Result<Vec<BranchLogits>, BackendError> {
+        self.batch.clear();
+        let mut last = Vec::with_capacity(group.len());
+        for (index, branch) in group.iter().enumerate() {
+            let seq = index as i32 + 1;
+            self.context
+                .copy_kv_cache_seq(0, seq, None, None)
+                .map_err(|err| forward("sharing the prefix", err))?;
+            for (offset, &token) in branch.tokens.iter().enumerate() {
+                let is_last = offset + 1 == branch.tokens.len();
+                self.batch
+                    .add(
+                        token_of(token),
+                        position(prefix_len + offset),
+                        &[seq],
+                        is_last,
+                    )
+                    .map_err(|err| forward("batch", err))?;
+            }
+            last.push(self.batch.n_tokens() - 1);
+        }
+        self.context
+            .decode(&mut self.batch)
+            .map_err(|err| forward("decode", err))?;
+        Ok(group
+            .iter()
+            .zip(last)
+            .map(|(branch, row)| read_codes(self.context.get_logits_ith(row), &branch.codes))
+            .collect())
+    }
+
+    /// Make sequence 0 hold `prefix`, restoring its saved cells unless it is already there.
+    fn restore(&mut self, prefix: &SavedPrefix) -> Result<(), BackendError> {
+        if self.holds == Some(prefix.id) {
+            return Ok(());
+        }
+        self.forget();
+        self.context
+            .state_seq_set(&prefix.state, 0)
+            .map_err(|err| forward("restoring the prefix", err))?;
+        self.holds = Some(prefix.id);
+        Ok(())
+    }
+
+    /// Empty the cache, so nothing stale is ever read as a prefix.
+    fn forget(&mut self) {
+        self.context.clear_kv_cache();
+        self.holds = None;
+    }
+}
+
+/// The requested codes' logits and the full vocabulary's log-sum-exp, summed in index order
+/// in f64 so a row of logits always gives the same normaliser.
+fn read_codes(logits: &[f32], codes: &[u32]) -> BranchLogits {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits
+        .iter()
+        .map(|&l| (f64::from(l) - f64::from(max)).exp())
+        .sum();
+    BranchLogits {
+        logits: codes.iter().map(|&c| logits[c as usize]).collect(),
+        log_normalizer: (f64::from(max) + sum.ln()) as f32,
+    }
+}
+
+fn token_of(id: u32) -> LlamaToken {
+    // Ids come from the backend's own tokenizer, whose vocabulary matches the model's; the
+    // backend checks codes against the vocabulary before a job is sent.
+    LlamaToken(i32::try_from(id).unwrap_or(i32::MAX))
+}
+
+fn position(index: usize) -> i32 {
+    i32::try_from(index).unwrap_or(i32::MAX)
+}
