@@ -51,9 +51,56 @@ pub use ruling_backend::EngineInfo as Info;
 pub const ENCODER_PREFIX: &str = "encoder:";
 pub use ruling_backend::PrefixCacheStats;
 
+/// What runs a decoder's forward passes. Decision encoders always run on their own engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DecoderBackend {
+    /// candle's CPU kernels: pure Rust, GGUF or safetensors weights.
+    #[default]
+    Candle,
+    /// llama.cpp's CPU kernels, GGUF weights only; needs the `llama-cpp` feature.
+    Llama,
+}
+
+impl DecoderBackend {
+    /// Whether this build has the llama.cpp backend.
+    pub const LLAMA_BUILT: bool = cfg!(feature = "llama-cpp");
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Candle => "candle",
+            Self::Llama => "llama",
+        }
+    }
+}
+
+impl std::fmt::Display for DecoderBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for DecoderBackend {
+    type Err = String;
+
+    fn from_str(given: &str) -> Result<Self, String> {
+        match given {
+            "candle" => Ok(Self::Candle),
+            "llama" => Ok(Self::Llama),
+            _ => Err(format!(
+                "unknown backend {given:?}; expected candle or llama"
+            )),
+        }
+    }
+}
+
 /// How to load and run a model. `Default` is what the server uses without flags.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// What runs a decoder (a decision encoder ignores it).
+    pub backend: DecoderBackend,
+    /// Threads that may evaluate at once (the server's engine workers); the llama backend
+    /// gives each its own context.
+    pub workers: usize,
     /// Orderings averaged per question (1: as given; 2: both directions for Noul and Score).
     pub rotations: u32,
     /// Subtract the content-free prior of each option count (off by default; see
@@ -79,6 +126,8 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
+            backend: DecoderBackend::default(),
+            workers: 1,
             rotations: 1,
             prior: false,
             calibration: None,
@@ -106,6 +155,15 @@ pub enum CoreError {
     Calibration(#[from] CalibrationError),
     #[error(transparent)]
     Encoder(#[from] EncoderError),
+    #[cfg(feature = "llama-cpp")]
+    #[error(transparent)]
+    Llama(#[from] ruling_llama::LoadError),
+    /// `DecoderBackend::Llama` asked of a build without the `llama-cpp` feature.
+    #[error(
+        "this build has no llama.cpp backend (the `llama-cpp` feature of ruling-core is off); \
+         use the candle backend or rebuild with the feature"
+    )]
+    LlamaNotBuilt,
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// The request broke the wire format or this model's limits.
@@ -158,14 +216,38 @@ impl Ruling {
         if path.join(ruling_encoder::checkpoint::META_FILE).is_file() {
             return Self::load_encoder(&path, options);
         }
-        let load = LoadOptions {
-            dtype: options.dtype,
-            context_length: options.max_context,
-            model_id: Some(model_id),
-            revision,
-            ..LoadOptions::default()
-        };
-        let backend = CandleBackend::load(&path, &load)?;
+        match options.backend {
+            DecoderBackend::Candle => {
+                let load = LoadOptions {
+                    dtype: options.dtype,
+                    context_length: options.max_context,
+                    model_id: Some(model_id),
+                    revision,
+                    ..LoadOptions::default()
+                };
+                Self::decoder(CandleBackend::load(&path, &load)?, options)
+            }
+            #[cfg(feature = "llama-cpp")]
+            DecoderBackend::Llama => {
+                let load = ruling_llama::LoadOptions {
+                    contexts: options.workers.max(1),
+                    context_length: options.max_context,
+                    model_id: Some(model_id),
+                    revision,
+                    ..ruling_llama::LoadOptions::default()
+                };
+                Self::decoder(ruling_llama::LlamaCppBackend::load(&path, &load)?, options)
+            }
+            #[cfg(not(feature = "llama-cpp"))]
+            DecoderBackend::Llama => Err(CoreError::LlamaNotBuilt),
+        }
+    }
+
+    /// A decoder backend under [`DecoderEngine`], with the options' calibration.
+    fn decoder<B: ruling_backend::Backend + 'static>(
+        backend: B,
+        options: &Options,
+    ) -> Result<Self, CoreError> {
         let calibration = options
             .calibration
             .as_ref()

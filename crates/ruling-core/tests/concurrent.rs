@@ -182,20 +182,35 @@ fn one_model_serves_four_threads_with_identical_answers() {
 
 fn smollm2() -> &'static Ruling {
     static ENGINE: OnceLock<Ruling> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        let options = Options {
-            rotations: 2,
-            prior: true,
-            cache_dir: Some(workspace().join("target/ruling-cache")),
-            ..Options::default()
-        };
-        Ruling::load("smollm2-135m", &options).expect("smollm2-135m loads from target/ruling-cache")
-    })
+    ENGINE.get_or_init(|| load_smollm2(ruling_core::DecoderBackend::Candle))
+}
+
+fn load_smollm2(backend: ruling_core::DecoderBackend) -> Ruling {
+    let options = Options {
+        backend,
+        rotations: 2,
+        prior: true,
+        cache_dir: Some(workspace().join("target/ruling-cache")),
+        ..Options::default()
+    };
+    Ruling::load("smollm2-135m", &options).expect("smollm2-135m loads from target/ruling-cache")
 }
 
 #[test]
 fn a_question_alone_and_with_others_gets_the_same_answer() {
-    let ruling = smollm2();
+    alone_together_and_reordered(smollm2(), "candle");
+}
+
+/// The same on llama.cpp, whose kernels are not batch-invariant: the backend decodes each
+/// branch in a call of its own, so a question still reads only itself.
+#[cfg(feature = "llama-cpp")]
+#[test]
+fn a_question_alone_and_with_others_gets_the_same_answer_on_llama() {
+    let ruling = load_smollm2(ruling_core::DecoderBackend::Llama);
+    alone_together_and_reordered(&ruling, "llama");
+}
+
+fn alone_together_and_reordered(ruling: &Ruling, backend: &str) {
     let state = "Order #4471: the blender arrived with a cracked jug. The customer wants a \
                  replacement before Friday, when she hosts a party, and is otherwise happy.";
     let questions = json!({
@@ -243,7 +258,7 @@ fn a_question_alone_and_with_others_gets_the_same_answer() {
         );
     }
     eprintln!(
-        "smollm2-135m: {} questions alone vs together vs reordered: largest difference {largest:e} (exact equality asserted)",
+        "smollm2-135m on {backend}: {} questions alone vs together vs reordered: largest difference {largest:e} (exact equality asserted)",
         together.answers.len()
     );
 }

@@ -94,6 +94,10 @@ struct AskArgs {
     /// A calibration file fitted for this model and these settings.
     #[arg(long, env = "RULING_CALIBRATION")]
     calibration: Option<PathBuf>,
+    /// What runs a decoder: candle (pure Rust) or llama (llama.cpp's kernels, GGUF only). A
+    /// decision encoder ignores it.
+    #[arg(long, env = "RULING_BACKEND", default_value_t = ruling_core::DecoderBackend::default())]
+    backend: ruling_core::DecoderBackend,
     /// The precision weight matrices are kept at: auto, native, f32, f16 or q8_0.
     #[arg(long, env = "RULING_DTYPE", default_value = "auto", value_parser = parse_dtype)]
     dtype: WeightDtype,
@@ -144,6 +148,7 @@ fn ask(args: AskArgs) -> anyhow::Result<()> {
     let request = build_request(&args.model, state, &args.questions, args.trace)?;
 
     let options = Options {
+        backend: args.backend,
         rotations: args.rotations,
         prior: args.prior,
         calibration: args.calibration.clone(),

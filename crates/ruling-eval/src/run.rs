@@ -100,6 +100,10 @@ pub struct RunArgs {
     /// When stderr is not a terminal, log progress every this many records.
     #[arg(long, default_value_t = 25)]
     log_every: usize,
+    /// In-process: what runs a decoder, candle (pure Rust) or llama (llama.cpp's kernels, GGUF
+    /// only). A decision encoder ignores it.
+    #[arg(long, env = "RULING_BACKEND", default_value_t = ruling_core::DecoderBackend::default())]
+    backend: ruling_core::DecoderBackend,
     /// In-process: the precision weight matrices are kept at (auto, native, f32, f16, q8_0).
     #[arg(long, env = "RULING_DTYPE", default_value = "auto", value_parser = crate::parse_dtype)]
     dtype: WeightDtype,
@@ -236,6 +240,7 @@ fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'stat
         .as_deref()
         .context("--model or --url is needed")?;
     let options = Options {
+        backend: args.backend,
         rotations: args.rotations,
         prior: args.prior,
         calibration: args.calibration.clone(),

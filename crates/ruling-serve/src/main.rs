@@ -65,6 +65,10 @@ struct ServeArgs {
         default_values_t = ruling_serve::DEFAULT_ALIASES.iter().map(|a| (*a).to_owned())
     )]
     aliases: Vec<String>,
+    /// What runs a decoder: candle (pure Rust) or llama (llama.cpp's kernels, GGUF only). A
+    /// decision encoder ignores it.
+    #[arg(long, env = "RULING_BACKEND", default_value_t = ruling_core::DecoderBackend::default())]
+    backend: ruling_core::DecoderBackend,
     /// Orderings averaged per question (1: as given; 2: both directions for noul and score).
     #[arg(long, env = "RULING_ROTATIONS", default_value_t = 1)]
     rotations: u32,
@@ -171,6 +175,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         body_timeout,
     };
     let options = ruling_core::Options {
+        backend: args.backend,
+        workers: config.workers,
         rotations: args.rotations,
         prior: args.prior,
         calibration: args.calibration,
