@@ -1,8 +1,9 @@
 //! The whole test pipeline, one step after another, stopping at the first failure.
 //!
 //! README.md's test command and `.ci/run` both call this, so a developer and CI run exactly
-//! the same checks. Tools the pipeline needs and a fresh machine lacks (cargo-deny) are
-//! installed from crates.io on first use.
+//! the same checks. Tools the pipeline needs and a fresh machine lacks are installed on first
+//! use: the llama.cpp build's system packages with apt-get (`prereq.rs`), cargo-deny from
+//! crates.io.
 
 use std::process::Command;
 use std::time::Instant;
@@ -27,6 +28,7 @@ pub struct CiArgs {
 
 pub fn run(args: &CiArgs) -> anyhow::Result<()> {
     let started = Instant::now();
+    step_fn("system packages", crate::prereq::ensure)?;
     if !args.tests_only {
         step("format", cargo(&["fmt", "--all", "--", "--check"]))?;
         step(

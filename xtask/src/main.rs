@@ -3,12 +3,15 @@
 //! - `cargo xtask fixtures` writes the tiny random-weight models the tests load.
 //! - `cargo xtask bench decoder` measures the decoder and writes `docs/bench/decoder.md`.
 //! - `cargo xtask ci` is the whole test pipeline that README.md and `.ci/run` call.
+//! - `cargo xtask serve` installs the llama.cpp build's system packages if missing, then runs
+//!   `ruling-serve` (README.md's first command).
 
 use clap::{Parser, Subcommand};
 
 mod bench;
 mod ci;
 mod fixtures;
+mod prereq;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "ruling project automation")]
@@ -25,6 +28,13 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Run the whole test pipeline: fmt, clippy, cargo-deny, dependency rules, fixtures, tests.
     Ci(ci::CiArgs),
+    /// Install the build's system packages if missing, then build and run `ruling-serve`
+    /// (release) with these arguments (`--help` is ruling-serve's).
+    #[command(disable_help_flag = true)]
+    Serve {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -32,5 +42,18 @@ fn main() -> anyhow::Result<()> {
         Command::Fixtures(args) => fixtures::run(&args),
         Command::Ci(args) => ci::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Serve { args } => serve(&args),
     }
+}
+
+fn serve(args: &[String]) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    prereq::ensure()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .args(["run", "--release", "-p", "ruling-serve", "--"])
+        .args(args)
+        .status()
+        .with_context(|| format!("could not start {cargo}"))?;
+    std::process::exit(status.code().unwrap_or(1));
 }
