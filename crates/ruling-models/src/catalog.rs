@@ -202,7 +202,7 @@ pub static CATALOG: &[CatalogEntry] = &[
         files: &[
             shipped(
                 "model.safetensors",
-                "e42134a4578d92c2e38e2bf99c690f2bc4ab9393f08f41456b3e8a4ea3e2f7ba",
+                "fb0d0c69d9674500840846376f2ab2c9e4751d73dcf29c88db913b5f4e812573",
                 45_439_770,
             ),
             shipped(
@@ -217,13 +217,13 @@ pub static CATALOG: &[CatalogEntry] = &[
             ),
             shipped(
                 "decision.json",
-                "836843ad1b49ea8728608e79143d828847655e95a2781b54e93898cdd8cd7f4c",
-                7_092,
+                "83f844bc0446b0d0cbbb9cbd740566e93a256a4b79f9ffc7daaa7ae5d79aab23",
+                7_344,
             ),
             shipped(
                 "calibration.json",
-                "4d0d16a24b92874d53595bcce43ffd16a4f73720c0ef48a04a7f2001eb9e3acc",
-                1_506,
+                "84fed8bc1519112000cf9a4177c6edf889fdc867eaf61e6316067dec7d2351b5",
+                1_504,
             ),
         ],
     },
