@@ -20,6 +20,12 @@ use ruling_backend::{BackendError, BranchLogits};
 
 use crate::error::LoadError;
 
+/// llama.cpp's `LLAMA_FLASH_ATTN_TYPE_DISABLED`. With flash attention (which llama.cpp turns
+/// on by itself for the CPU) a branch's result also depended on which cache cells it landed
+/// in: the same comparison gave 0.03 in one run and 0.16 in another. Off, it is the same
+/// every run.
+const FLASH_ATTENTION_OFF: i32 = 0;
+
 /// The shape of every context a backend creates.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ContextShape {
@@ -184,6 +190,7 @@ impl<'m> Worker<'m> {
             .with_n_ubatch(shape.n_batch)
             .with_n_seq_max(shape.n_seq)
             .with_kv_unified(true)
+            .with_flash_attention_policy(FLASH_ATTENTION_OFF)
             .with_n_threads(shape.threads)
             .with_n_threads_batch(shape.threads);
         let context = model
