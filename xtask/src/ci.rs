@@ -71,16 +71,19 @@ fn cargo(args: &[&str]) -> Command {
     command
 }
 
-fn step(name: &str, mut command: Command) -> anyhow::Result<()> {
-    step_fn(name, || {
-        let status = command
-            .status()
-            .with_context(|| format!("could not start {command:?}"))?;
-        if !status.success() {
-            bail!("{command:?} exited with {status}");
-        }
-        Ok(())
-    })
+fn step(name: &str, command: Command) -> anyhow::Result<()> {
+    step_fn(name, || run_command(command))
+}
+
+/// Run `command` to the end; fail unless it exits with success.
+pub(crate) fn run_command(mut command: Command) -> anyhow::Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("could not start {command:?}"))?;
+    if !status.success() {
+        bail!("{command:?} exited with {status}");
+    }
+    Ok(())
 }
 
 fn step_fn(name: &str, body: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {

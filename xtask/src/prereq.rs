@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
 /// One thing the build needs, how to tell it is there, and its Debian package.
 struct Need {
@@ -96,34 +96,27 @@ pub fn ensure() -> anyhow::Result<()> {
         .arg("-u")
         .output()
         .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
-    let mut prefix: Vec<&str> = Vec::new();
-    if !root {
-        if !runs("sudo", &["-n", "true"]) {
-            bail!(
-                "building ruling needs {}; install them as root: apt-get install {}",
-                names.join(", "),
-                packages.join(" ")
-            );
-        }
-        prefix.push("sudo");
+    if !root && !runs("sudo", &["-n", "true"]) {
+        bail!(
+            "building ruling needs {}; install them as root: apt-get install {}",
+            names.join(", "),
+            packages.join(" ")
+        );
     }
     eprintln!(
         "xtask: installing {} for the llama.cpp build (apt-get, once)",
         packages.join(" ")
     );
     let apt = |args: &[&str]| -> anyhow::Result<()> {
-        let mut command = Command::new(prefix.first().copied().unwrap_or("apt-get"));
-        if !prefix.is_empty() {
-            command.arg("apt-get");
-        }
+        let mut command = if root {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.arg("apt-get");
+            sudo
+        };
         command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        let status = command
-            .status()
-            .with_context(|| format!("could not start {command:?}"))?;
-        if !status.success() {
-            bail!("{command:?} exited with {status}");
-        }
-        Ok(())
+        crate::ci::run_command(command)
     };
     apt(&["-q", "update"])?;
     let mut install = vec!["-q", "install", "-y", "--no-install-recommends"];

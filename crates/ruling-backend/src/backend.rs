@@ -139,3 +139,37 @@ pub trait Backend: Send + Sync {
         .is_ok()
     }
 }
+
+/// The port's preconditions on branches, checked before any forward pass: each branch fits the
+/// context with its prefix, has at least one token, and reads codes inside the vocabulary.
+/// Backends call it at the top of [`Backend::score_branches`].
+pub fn check_branches(
+    prefix_len: usize,
+    branches: &[Branch<'_>],
+    context_length: usize,
+    vocab: usize,
+) -> Result<(), BackendError> {
+    for (index, branch) in branches.iter().enumerate() {
+        let needed = prefix_len + branch.tokens.len();
+        if needed > context_length {
+            return Err(BackendError::ContextExceeded {
+                branch: index,
+                needed,
+                limit: context_length,
+            });
+        }
+        if branch.tokens.is_empty() {
+            return Err(BackendError::InvalidBranch {
+                branch: index,
+                reason: "a branch needs at least one token".into(),
+            });
+        }
+        if let Some(code) = branch.codes.iter().find(|&&c| c as usize >= vocab) {
+            return Err(BackendError::InvalidBranch {
+                branch: index,
+                reason: format!("code id {code} is outside the vocabulary of {vocab}"),
+            });
+        }
+    }
+    Ok(())
+}

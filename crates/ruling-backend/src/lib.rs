@@ -24,7 +24,7 @@ mod prompt;
 pub mod render;
 
 pub use answer::answer;
-pub use backend::{Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role};
+pub use backend::{Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role, check_branches};
 pub use codes::{AnswerCodes, DEFAULT_CODES};
 pub use contract::{ContractReport, verify_backend};
 pub use decision::{DEFAULT_PREFIX_CACHE_BYTES, DecoderEngine, EngineOptions};

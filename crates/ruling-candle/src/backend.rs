@@ -4,12 +4,12 @@
 use std::path::Path;
 
 use candle_core::Device;
-use candle_core::quantized::gguf_file;
-use ruling_backend::{Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, Role};
+use ruling_backend::{Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage};
 
 use crate::decoder::{BranchBudget, BranchLayout, Decoder, KvCache};
 use crate::error::LoadError;
 use crate::template::ChatTemplate;
+use crate::text::ChatText;
 use crate::tokenizer::TextTokenizer;
 use crate::weights::WeightDtype;
 
@@ -35,9 +35,7 @@ pub struct LoadOptions {
 pub struct CandleBackend {
     info: BackendInfo,
     decoder: Decoder,
-    tokenizer: TextTokenizer,
-    template: ChatTemplate,
-    system_role: bool,
+    text: ChatText,
     layout: BranchLayout,
     budget: BranchBudget,
 }
@@ -47,18 +45,15 @@ impl CandleBackend {
     /// directory (`config.json`, `*.safetensors`, `tokenizer.json`, `tokenizer_config.json`).
     pub fn load(path: &Path, options: &LoadOptions) -> Result<Self, LoadError> {
         let device = Device::Cpu;
-        let (decoder, tokenizer, template) = if path.is_dir() {
+        let (decoder, text) = if path.is_dir() {
             let decoder = Decoder::from_hf_dir(path, options.dtype, &device)?;
-            let tokenizer = TextTokenizer::from_dir(path)?;
-            let template = ChatTemplate::from_tokenizer_config(path.join("tokenizer_config.json"))?;
-            (decoder, tokenizer, template)
+            (decoder, ChatText::from_dir(path)?)
         } else if path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
         {
-            let (tokenizer, template) = gguf_text(path)?;
-            let decoder = Decoder::from_gguf(path, options.dtype, &device)?;
-            (decoder, tokenizer, template)
+            let text = ChatText::from_gguf(path)?;
+            (Decoder::from_gguf(path, options.dtype, &device)?, text)
         } else {
             return Err(LoadError::NotAModel(path.into()));
         };
@@ -69,28 +64,16 @@ impl CandleBackend {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default()
         });
-        // Asked once here, since the engine asks on every request.
-        let system_role = template
-            .render(
-                &[
-                    ChatMessage::new(Role::System, "s"),
-                    ChatMessage::new(Role::User, "u"),
-                ],
-                true,
-            )
-            .is_ok();
         Ok(Self {
             info: BackendInfo {
                 model_id,
                 revision: options.revision.clone(),
                 context_length,
                 vision: false,
-                max_token_bytes: tokenizer.max_token_bytes(),
+                max_token_bytes: text.tokenizer().max_token_bytes(),
             },
             decoder,
-            tokenizer,
-            template,
-            system_role,
+            text,
             layout: options.layout,
             budget: options.budget,
         })
@@ -101,35 +84,17 @@ impl CandleBackend {
     }
 
     pub fn tokenizer(&self) -> &TextTokenizer {
-        &self.tokenizer
+        self.text.tokenizer()
     }
 
     pub fn template(&self) -> &ChatTemplate {
-        &self.template
+        self.text.template()
     }
 
     /// Score branches with a chosen layout, for benchmarks comparing the two.
     pub fn set_layout(&mut self, layout: BranchLayout) {
         self.layout = layout;
     }
-}
-
-/// The tokenizer and chat template a GGUF file carries in its metadata, for a backend that
-/// runs the file's weights elsewhere but tokenizes and renders exactly as this one does.
-pub fn gguf_text(path: &Path) -> Result<(TextTokenizer, ChatTemplate), LoadError> {
-    let content = read_gguf_header(path)?;
-    Ok((
-        TextTokenizer::from_gguf(&content)?,
-        ChatTemplate::from_gguf(&content)?,
-    ))
-}
-
-fn read_gguf_header(path: &Path) -> Result<gguf_file::Content, LoadError> {
-    let mut file = std::fs::File::open(path).map_err(|source| LoadError::Io {
-        path: path.into(),
-        source,
-    })?;
-    Ok(gguf_file::Content::read(&mut file)?)
 }
 
 fn forward_error(err: candle_core::Error) -> BackendError {
@@ -146,20 +111,11 @@ impl Backend for CandleBackend {
     }
 
     fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
-        self.template
-            .render(messages, true)
-            .map_err(|err| BackendError::Template {
-                message: err.to_string(),
-                source: Some(Box::new(err)),
-            })
+        self.text.render_chat(messages)
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, BackendError> {
-        self.tokenizer
-            .encode(text)
-            .map_err(|err| BackendError::Tokenizer {
-                source: Box::new(err),
-            })
+        self.text.encode(text)
     }
 
     fn encode_prefix(&self, tokens: &[u32]) -> Result<KvCache, BackendError> {
@@ -190,29 +146,12 @@ impl Backend for CandleBackend {
         prefix: &KvCache,
         branches: &[Branch<'_>],
     ) -> Result<Vec<BranchLogits>, BackendError> {
-        let vocab = self.decoder.config().vocab_size;
-        for (index, branch) in branches.iter().enumerate() {
-            let needed = prefix.len() + branch.tokens.len();
-            if needed > self.info.context_length {
-                return Err(BackendError::ContextExceeded {
-                    branch: index,
-                    needed,
-                    limit: self.info.context_length,
-                });
-            }
-            if branch.tokens.is_empty() {
-                return Err(BackendError::InvalidBranch {
-                    branch: index,
-                    reason: "a branch needs at least one token".into(),
-                });
-            }
-            if let Some(code) = branch.codes.iter().find(|&&c| c as usize >= vocab) {
-                return Err(BackendError::InvalidBranch {
-                    branch: index,
-                    reason: format!("code id {code} is outside the vocabulary of {vocab}"),
-                });
-            }
-        }
+        ruling_backend::check_branches(
+            prefix.len(),
+            branches,
+            self.info.context_length,
+            self.decoder.config().vocab_size,
+        )?;
         let pairs: Vec<(&[u32], &[u32])> = branches.iter().map(|b| (b.tokens, b.codes)).collect();
         let scored = self
             .decoder
@@ -228,6 +167,6 @@ impl Backend for CandleBackend {
     }
 
     fn accepts_system_role(&self) -> bool {
-        self.system_role
+        self.text.accepts_system_role()
     }
 }

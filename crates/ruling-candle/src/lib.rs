@@ -12,13 +12,15 @@ pub mod config;
 pub mod decoder;
 mod error;
 pub mod template;
+mod text;
 pub mod tokenizer;
 mod weights;
 
-pub use backend::{CandleBackend, LoadOptions, gguf_text};
+pub use backend::{CandleBackend, LoadOptions};
 pub use config::{Activation, DecoderConfig, Family, RopeStyle};
 pub use decoder::{BranchBudget, BranchLayout, CodeLogits, Decoder, KvCache, PREFILL_CHUNK};
 pub use error::LoadError;
 pub use template::{ChatTemplate, TemplateError};
+pub use text::ChatText;
 pub use tokenizer::{TextTokenizer, TokenizerError};
 pub use weights::{Linear, WeightDtype};

@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 use llama_cpp_2::llama_backend::LlamaBackend as Runtime;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
-use ruling_backend::{Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, Role};
-use ruling_candle::{ChatTemplate, TextTokenizer};
+use ruling_backend::{Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage};
+use ruling_candle::{ChatText, TextTokenizer};
 
 use crate::error::LoadError;
 use crate::worker::{ContextShape, OwnedBranch, Pool, SavedPrefix};
@@ -73,9 +73,7 @@ fn runtime() -> Result<&'static Runtime, LoadError> {
 /// A GGUF decoder on llama.cpp's CPU kernels, ready to serve the [`Backend`] port.
 pub struct LlamaCppBackend {
     info: BackendInfo,
-    tokenizer: TextTokenizer,
-    template: ChatTemplate,
-    system_role: bool,
+    text: ChatText,
     vocab: usize,
     max_branch: usize,
     model: Arc<LlamaModel>,
@@ -116,7 +114,7 @@ impl LlamaCppBackend {
         {
             return Err(LoadError::NotGguf(path.into()));
         }
-        let (tokenizer, template) = ruling_candle::gguf_text(path)?;
+        let text = ChatText::from_gguf(path)?;
         let runtime = runtime()?;
         let model = LlamaModel::load_from_file(runtime, path, &LlamaModelParams::default())
             .map_err(|err| LoadError::Model {
@@ -142,15 +140,6 @@ impl LlamaCppBackend {
         let vocab = usize::try_from(model.n_vocab()).unwrap_or(0);
         let model = Arc::new(model);
         let pool = Pool::start(runtime, Arc::clone(&model), shape, contexts)?;
-        let system_role = template
-            .render(
-                &[
-                    ChatMessage::new(Role::System, "s"),
-                    ChatMessage::new(Role::User, "u"),
-                ],
-                true,
-            )
-            .is_ok();
         let model_id = options.model_id.clone().unwrap_or_else(|| {
             path.file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
@@ -162,11 +151,9 @@ impl LlamaCppBackend {
                 revision: options.revision.clone(),
                 context_length,
                 vision: false,
-                max_token_bytes: tokenizer.max_token_bytes(),
+                max_token_bytes: text.tokenizer().max_token_bytes(),
             },
-            tokenizer,
-            template,
-            system_role,
+            text,
             vocab,
             max_branch: shape.n_batch as usize,
             model,
@@ -176,7 +163,7 @@ impl LlamaCppBackend {
     }
 
     pub fn tokenizer(&self) -> &TextTokenizer {
-        &self.tokenizer
+        self.text.tokenizer()
     }
 
     /// llama.cpp's own tokenization of `text` (no special tokens added, special tokens in the
@@ -190,26 +177,15 @@ impl LlamaCppBackend {
             .collect()
     }
 
+    /// The port's checks, and two of llama.cpp's own: a branch fits one decode call, and its
+    /// tokens (which llama.cpp would read out of bounds) are inside the vocabulary.
     fn check_branches(
         &self,
         prefix_len: usize,
         branches: &[Branch<'_>],
     ) -> Result<(), BackendError> {
+        ruling_backend::check_branches(prefix_len, branches, self.info.context_length, self.vocab)?;
         for (index, branch) in branches.iter().enumerate() {
-            let needed = prefix_len + branch.tokens.len();
-            if needed > self.info.context_length {
-                return Err(BackendError::ContextExceeded {
-                    branch: index,
-                    needed,
-                    limit: self.info.context_length,
-                });
-            }
-            if branch.tokens.is_empty() {
-                return Err(BackendError::InvalidBranch {
-                    branch: index,
-                    reason: "a branch needs at least one token".into(),
-                });
-            }
             if branch.tokens.len() > self.max_branch {
                 return Err(BackendError::InvalidBranch {
                     branch: index,
@@ -220,12 +196,7 @@ impl LlamaCppBackend {
                     ),
                 });
             }
-            if let Some(id) = branch
-                .tokens
-                .iter()
-                .chain(branch.codes)
-                .find(|&&id| id as usize >= self.vocab)
-            {
+            if let Some(id) = branch.tokens.iter().find(|&&id| id as usize >= self.vocab) {
                 return Err(BackendError::InvalidBranch {
                     branch: index,
                     reason: format!("token id {id} is outside the vocabulary of {}", self.vocab),
@@ -244,20 +215,11 @@ impl Backend for LlamaCppBackend {
     }
 
     fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
-        self.template
-            .render(messages, true)
-            .map_err(|err| BackendError::Template {
-                message: err.to_string(),
-                source: Some(Box::new(err)),
-            })
+        self.text.render_chat(messages)
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, BackendError> {
-        self.tokenizer
-            .encode(text)
-            .map_err(|err| BackendError::Tokenizer {
-                source: Box::new(err),
-            })
+        self.text.encode(text)
     }
 
     fn encode_prefix(&self, tokens: &[u32]) -> Result<LlamaPrefix, BackendError> {
@@ -309,6 +271,6 @@ impl Backend for LlamaCppBackend {
     }
 
     fn accepts_system_role(&self) -> bool {
-        self.system_role
+        self.text.accepts_system_role()
     }
 }

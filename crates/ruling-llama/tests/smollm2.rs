@@ -53,6 +53,14 @@ fn codes(backend: &impl Backend) -> Vec<u32> {
         .to_vec()
 }
 
+/// Every branch, each reading all of `codes`.
+fn all_reading<'a>(branches: &'a [Vec<u32>], codes: &'a [u32]) -> Vec<Branch<'a>> {
+    branches
+        .iter()
+        .map(|tokens| Branch { tokens, codes })
+        .collect()
+}
+
 fn log_probs(scored: &BranchLogits) -> Vec<f32> {
     scored
         .logits
@@ -107,13 +115,7 @@ fn branches_over_the_shared_prefix_equal_whole_sequences() {
     let codes = codes(backend);
     let prefix = prefix_tokens(backend);
     let branches = branch_tokens(backend);
-    let port: Vec<Branch<'_>> = branches
-        .iter()
-        .map(|tokens| Branch {
-            tokens,
-            codes: &codes,
-        })
-        .collect();
+    let port = all_reading(&branches, &codes);
     let shared = backend
         .score_branches(&backend.encode_prefix(&prefix).unwrap(), &port)
         .unwrap();
@@ -199,13 +201,7 @@ fn the_same_branches_give_bit_identical_logits_every_time() {
     let codes = codes(backend);
     let prefix = prefix_tokens(backend);
     let branches = branch_tokens(backend);
-    let port: Vec<Branch<'_>> = branches
-        .iter()
-        .map(|tokens| Branch {
-            tokens,
-            codes: &codes,
-        })
-        .collect();
+    let port = all_reading(&branches, &codes);
     let first = backend
         .score_branches(&backend.encode_prefix(&prefix).unwrap(), &port)
         .unwrap();
@@ -268,13 +264,7 @@ fn a_branch_reads_the_same_whatever_else_is_asked() {
     let prefix = prefix_tokens(backend);
     let branches = branch_tokens(backend);
     let encoded = backend.encode_prefix(&prefix).unwrap();
-    let port: Vec<Branch<'_>> = branches
-        .iter()
-        .map(|tokens| Branch {
-            tokens,
-            codes: &codes,
-        })
-        .collect();
+    let port = all_reading(&branches, &codes);
     let together = backend.score_branches(&encoded, &port).unwrap();
     let reversed: Vec<Branch<'_>> = port.iter().rev().copied().collect();
     let mut backwards = backend.score_branches(&encoded, &reversed).unwrap();

@@ -1,0 +1,93 @@
+//! [`ChatText`]: a model's tokenizer and chat template as the [`ruling_backend::Backend`] port
+//! presents them. Every decoder backend (candle's and llama.cpp's) holds one, so both render
+//! and tokenize a prompt through the same code.
+
+use std::path::Path;
+
+use candle_core::quantized::gguf_file;
+use ruling_backend::{BackendError, ChatMessage, Role};
+
+use crate::error::LoadError;
+use crate::template::ChatTemplate;
+use crate::tokenizer::TextTokenizer;
+
+/// A tokenizer, its chat template, and whether the template takes a system turn (asked once
+/// here, since the engine asks on every request).
+#[derive(Debug)]
+pub struct ChatText {
+    tokenizer: TextTokenizer,
+    template: ChatTemplate,
+    system_role: bool,
+}
+
+impl ChatText {
+    pub fn new(tokenizer: TextTokenizer, template: ChatTemplate) -> Self {
+        let system_role = template
+            .render(
+                &[
+                    ChatMessage::new(Role::System, "s"),
+                    ChatMessage::new(Role::User, "u"),
+                ],
+                true,
+            )
+            .is_ok();
+        Self {
+            tokenizer,
+            template,
+            system_role,
+        }
+    }
+
+    /// The tokenizer and chat template a GGUF file carries in its metadata.
+    pub fn from_gguf(path: &Path) -> Result<Self, LoadError> {
+        let mut file = std::fs::File::open(path).map_err(|source| LoadError::Io {
+            path: path.into(),
+            source,
+        })?;
+        let content = gguf_file::Content::read(&mut file)?;
+        Ok(Self::new(
+            TextTokenizer::from_gguf(&content)?,
+            ChatTemplate::from_gguf(&content)?,
+        ))
+    }
+
+    /// The tokenizer and chat template of a Hugging Face directory (`tokenizer.json`,
+    /// `tokenizer_config.json`).
+    pub fn from_dir(dir: &Path) -> Result<Self, LoadError> {
+        Ok(Self::new(
+            TextTokenizer::from_dir(dir)?,
+            ChatTemplate::from_tokenizer_config(dir.join("tokenizer_config.json"))?,
+        ))
+    }
+
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.tokenizer
+    }
+
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// [`ruling_backend::Backend::render_chat`]: the template with the assistant's turn open.
+    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
+        self.template
+            .render(messages, true)
+            .map_err(|err| BackendError::Template {
+                message: err.to_string(),
+                source: Some(Box::new(err)),
+            })
+    }
+
+    /// [`ruling_backend::Backend::encode`].
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        self.tokenizer
+            .encode(text)
+            .map_err(|err| BackendError::Tokenizer {
+                source: Box::new(err),
+            })
+    }
+
+    pub fn accepts_system_role(&self) -> bool {
+        self.system_role
+    }
+}
