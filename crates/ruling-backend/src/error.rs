@@ -38,6 +38,12 @@ pub enum BackendError {
     /// The caller broke the port's preconditions (an empty branch, a code id outside the vocabulary).
     #[error("invalid branch {branch}: {reason}")]
     InvalidBranch { branch: usize, reason: String },
+    /// Generation settings that cannot sample (a negative temperature, `top_p` outside (0, 1]).
+    #[error("invalid sampling settings: {reason}")]
+    InvalidSampling { reason: String },
+    /// A prompt to generate from is empty or does not leave room to write.
+    #[error("invalid prompt {prompt}: {reason}")]
+    InvalidPrompt { prompt: usize, reason: String },
 }
 
 /// Which part of the backend contract a backend failed at load.

@@ -7,6 +7,9 @@
 //! (prompting, rotations, prior subtraction, calibration) is written once over [`Backend`],
 //! so a new model family or a remote host implements only the small trait here.
 //!
+//! A [`Generator`] writes text (for distillation, never to answer): backends run the forward
+//! passes and a shared [`Decoding`] samples and stops, so every backend picks tokens alike.
+//!
 //! A backend that gets the port subtly wrong returns wrong probabilities instead of failing,
 //! so [`verify_backend`] proves the contract once at load and says which part broke.
 //!
@@ -19,6 +22,7 @@ mod contract;
 mod decision;
 mod engine;
 mod error;
+mod generate;
 mod prefix_cache;
 mod prompt;
 pub mod render;
@@ -30,5 +34,6 @@ pub use contract::{ContractReport, verify_backend};
 pub use decision::{DEFAULT_PREFIX_CACHE_BYTES, DecoderEngine, EngineOptions};
 pub use engine::{Engine, EngineError, EngineInfo};
 pub use error::{BackendError, BoxError, ContractError};
+pub use generate::{Decoding, Finish, Generation, Generator, Sampling, check_prompts, sample};
 pub use prefix_cache::{PrefixCache, PrefixCacheStats};
 pub use prompt::{PromptSplit, SPLIT_MARKER, split_prompt, user_head};

@@ -4,9 +4,12 @@
 use std::path::Path;
 
 use candle_core::Device;
-use ruling_backend::{Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage};
+use ruling_backend::{
+    Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, Decoding, Generation,
+    Generator, Sampling,
+};
 
-use crate::decoder::{BranchBudget, BranchLayout, Decoder, KvCache};
+use crate::decoder::{BranchBudget, BranchLayout, Decoder, KvCache, PREFILL_CHUNK};
 use crate::error::LoadError;
 use crate::template::ChatTemplate;
 use crate::text::ChatText;
@@ -168,5 +171,50 @@ impl Backend for CandleBackend {
 
     fn accepts_system_role(&self) -> bool {
         self.text.accepts_system_role()
+    }
+}
+
+/// Prompts are written one after another, each one token per step: candle's quantized matrix
+/// product handles one activation row at a time, so stacking prompts into one batch would
+/// save nothing here (llama.cpp's backend does batch them).
+impl Generator for CandleBackend {
+    fn generate(
+        &self,
+        prompts: &[&[u32]],
+        sampling: &Sampling,
+    ) -> Result<Vec<Generation>, BackendError> {
+        let limit = self.info.context_length;
+        let vocab = self.decoder.config().vocab_size;
+        ruling_backend::check_prompts(prompts, limit, vocab)?;
+        let mut decoding = Decoding::new(prompts.len(), sampling, self.text.end_tokens())?;
+        for (row, prompt) in prompts.iter().enumerate() {
+            let mut cache = self.decoder.empty_cache();
+            let mut logits = self
+                .decoder
+                .prefill_chunked(&mut cache, prompt, PREFILL_CHUNK)
+                .map_err(forward_error)?;
+            while let Some(row_logits) = logits.take() {
+                let Some(token) = decoding.push(row, &row_logits) else {
+                    break;
+                };
+                if cache.len() >= limit {
+                    decoding.stop_for_length(row);
+                    break;
+                }
+                logits = self
+                    .decoder
+                    .prefill_chunked(&mut cache, &[token], 1)
+                    .map_err(forward_error)?;
+            }
+        }
+        Ok(decoding.finish())
+    }
+
+    fn end_tokens(&self) -> &[u32] {
+        self.text.end_tokens()
+    }
+
+    fn decode(&self, tokens: &[u32]) -> Result<String, BackendError> {
+        self.text.decode(tokens)
     }
 }

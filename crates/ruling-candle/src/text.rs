@@ -18,6 +18,7 @@ pub struct ChatText {
     tokenizer: TextTokenizer,
     template: ChatTemplate,
     system_role: bool,
+    end_tokens: Vec<u32>,
 }
 
 impl ChatText {
@@ -31,10 +32,12 @@ impl ChatText {
                 true,
             )
             .is_ok();
+        let end_tokens = end_tokens(&tokenizer, &template);
         Self {
             tokenizer,
             template,
             system_role,
+            end_tokens,
         }
     }
 
@@ -90,4 +93,47 @@ impl ChatText {
     pub fn accepts_system_role(&self) -> bool {
         self.system_role
     }
+
+    /// The tokens that end a generation: the end-of-text token, and the token the template
+    /// closes an assistant turn with (`<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`, ...).
+    pub fn end_tokens(&self) -> &[u32] {
+        &self.end_tokens
+    }
+
+    /// [`ruling_backend::Generator::decode`]: the text of generated tokens.
+    pub fn decode(&self, tokens: &[u32]) -> Result<String, BackendError> {
+        self.tokenizer
+            .decode(tokens)
+            .map_err(|err| BackendError::Tokenizer {
+                source: Box::new(err),
+            })
+    }
+}
+
+/// The end-of-text id, and the first token the template writes after an assistant turn's
+/// content: found by rendering one, so no list of marker spellings is needed.
+fn end_tokens(tokenizer: &TextTokenizer, template: &ChatTemplate) -> Vec<u32> {
+    const CONTENT: &str = "Done.";
+    let mut ends: Vec<u32> = tokenizer.eos_id().into_iter().collect();
+    let closed = template.render(
+        &[
+            ChatMessage::new(Role::User, "u"),
+            ChatMessage::new(Role::Assistant, CONTENT),
+        ],
+        false,
+    );
+    if let Ok(rendered) = closed
+        && let Some(at) = rendered.rfind(CONTENT)
+        && let Ok(after) = tokenizer.encode(&rendered[at + CONTENT.len()..])
+        && let Some(&first) = after.first()
+        && tokenizer
+            .inner()
+            .get_added_tokens_decoder()
+            .get(&first)
+            .is_some_and(|token| token.special)
+        && !ends.contains(&first)
+    {
+        ends.push(first);
+    }
+    ends
 }

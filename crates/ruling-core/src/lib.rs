@@ -38,7 +38,10 @@
 
 use std::path::{Path, PathBuf};
 
-use ruling_backend::{DecoderEngine, Engine, EngineError, EngineInfo, EngineOptions};
+use ruling_backend::{
+    BackendError, DecoderEngine, Engine, EngineError, EngineInfo, EngineOptions, Generator,
+};
+pub use ruling_backend::{ChatMessage, Finish, Role, Sampling};
 use ruling_calibration::{Calibration, CalibrationError};
 use ruling_candle::{CandleBackend, LoadError, LoadOptions, WeightDtype};
 use ruling_encoder::{EncoderEngine, EncoderError, EncoderOptions};
@@ -178,6 +181,11 @@ pub enum CoreError {
         model: String,
         setting: &'static str,
     },
+    /// A decision encoder asked to write text.
+    #[error(
+        "{model} is a decision encoder: it answers questions but cannot write text; use a decoder"
+    )]
+    CannotWrite { model: String },
 }
 
 /// A loaded model with its engine, ready to answer requests.
@@ -202,42 +210,18 @@ impl Ruling {
         if let Some(path) = spec.strip_prefix(ENCODER_PREFIX) {
             return Self::load_encoder(Path::new(path), options);
         }
-        let spec = ModelSpec::parse(spec)?;
-        let mut pull = match &options.cache_dir {
-            Some(dir) => PullOptions::new(dir),
-            None => PullOptions::from_env()?,
-        };
-        pull.hub = pull.hub && std::env::var_os("RULING_NO_HUB").is_none();
-        let local = ruling_models::pull(&spec, &pull)?;
-        let (model_id, revision) = model_identity(&spec);
-        let path = match &local {
-            LocalModel::Gguf { path } | LocalModel::Directory { path } => path.clone(),
-        };
-        if path.join(ruling_encoder::checkpoint::META_FILE).is_file() {
-            return Self::load_encoder(&path, options);
+        let model = Pulled::pull(spec, options)?;
+        if model
+            .path
+            .join(ruling_encoder::checkpoint::META_FILE)
+            .is_file()
+        {
+            return Self::load_encoder(&model.path, options);
         }
         match options.backend {
-            DecoderBackend::Candle => {
-                let load = LoadOptions {
-                    dtype: options.dtype,
-                    context_length: options.max_context,
-                    model_id: Some(model_id),
-                    revision,
-                    ..LoadOptions::default()
-                };
-                Self::decoder(CandleBackend::load(&path, &load)?, options)
-            }
+            DecoderBackend::Candle => Self::decoder(model.candle(options)?, options),
             #[cfg(feature = "llama-cpp")]
-            DecoderBackend::Llama => {
-                let load = ruling_llama::LoadOptions {
-                    contexts: options.workers.max(1),
-                    context_length: options.max_context,
-                    model_id: Some(model_id),
-                    revision,
-                    ..ruling_llama::LoadOptions::default()
-                };
-                Self::decoder(ruling_llama::LlamaCppBackend::load(&path, &load)?, options)
-            }
+            DecoderBackend::Llama => Self::decoder(model.llama(options)?, options),
             #[cfg(not(feature = "llama-cpp"))]
             DecoderBackend::Llama => Err(CoreError::LlamaNotBuilt),
         }
@@ -336,6 +320,167 @@ impl Ruling {
 
     pub fn evaluate_valid(&self, request: &ValidRequest) -> Result<SystemOneResponse, CoreError> {
         Ok(self.engine.evaluate(request)?)
+    }
+}
+
+/// A model spec pulled into the cache, with the identity its backend reports.
+struct Pulled {
+    path: PathBuf,
+    model_id: String,
+    revision: Option<String>,
+}
+
+impl Pulled {
+    fn pull(spec: &str, options: &Options) -> Result<Self, CoreError> {
+        let spec = ModelSpec::parse(spec)?;
+        let mut pull = match &options.cache_dir {
+            Some(dir) => PullOptions::new(dir),
+            None => PullOptions::from_env()?,
+        };
+        pull.hub = pull.hub && std::env::var_os("RULING_NO_HUB").is_none();
+        let local = ruling_models::pull(&spec, &pull)?;
+        let (model_id, revision) = model_identity(&spec);
+        let path = match local {
+            LocalModel::Gguf { path } | LocalModel::Directory { path } => path,
+        };
+        Ok(Self {
+            path,
+            model_id,
+            revision,
+        })
+    }
+
+    fn candle(&self, options: &Options) -> Result<CandleBackend, CoreError> {
+        let load = LoadOptions {
+            dtype: options.dtype,
+            context_length: options.max_context,
+            model_id: Some(self.model_id.clone()),
+            revision: self.revision.clone(),
+            ..LoadOptions::default()
+        };
+        Ok(CandleBackend::load(&self.path, &load)?)
+    }
+
+    #[cfg(feature = "llama-cpp")]
+    fn llama(&self, options: &Options) -> Result<ruling_llama::LlamaCppBackend, CoreError> {
+        let load = ruling_llama::LoadOptions {
+            contexts: options.workers.max(1),
+            context_length: options.max_context,
+            model_id: Some(self.model_id.clone()),
+            revision: self.revision.clone(),
+            ..ruling_llama::LoadOptions::default()
+        };
+        Ok(ruling_llama::LlamaCppBackend::load(&self.path, &load)?)
+    }
+}
+
+/// A decoder that writes text: chat prompts continued with seeded sampling, on either backend
+/// (what distillation uses to have a teacher write before it reads an answer).
+pub struct Writer {
+    backend: Box<dyn Writes>,
+    model_id: String,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("model", &self.model_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one prompt's turn came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The assistant's text, without the end-of-turn token.
+    pub text: String,
+    /// Prompt tokens read.
+    pub prompt_tokens: usize,
+    /// Tokens written.
+    pub tokens: Vec<u32>,
+    pub finish: Finish,
+}
+
+/// A backend that can both render chats and write: what [`Writer`] holds.
+trait Writes: Send + Sync {
+    fn prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BackendError>;
+    fn generator(&self) -> &dyn Generator;
+}
+
+impl<B: ruling_backend::Backend + Generator> Writes for B {
+    fn prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BackendError> {
+        self.encode(&self.render_chat(messages)?)
+    }
+
+    fn generator(&self) -> &dyn Generator {
+        self
+    }
+}
+
+impl Writer {
+    /// Load a decoder model spec (a catalog name, `hf:org/repo[@rev]`, a `.gguf` file or a
+    /// model directory) on the backend `options.backend` names.
+    pub fn load(spec: &str, options: &Options) -> Result<Self, CoreError> {
+        let model = Pulled::pull(spec, options)?;
+        if model
+            .path
+            .join(ruling_encoder::checkpoint::META_FILE)
+            .is_file()
+        {
+            return Err(CoreError::CannotWrite {
+                model: spec.to_owned(),
+            });
+        }
+        let backend: Box<dyn Writes> = match options.backend {
+            DecoderBackend::Candle => Box::new(model.candle(options)?),
+            #[cfg(feature = "llama-cpp")]
+            DecoderBackend::Llama => Box::new(model.llama(options)?),
+            #[cfg(not(feature = "llama-cpp"))]
+            DecoderBackend::Llama => return Err(CoreError::LlamaNotBuilt),
+        };
+        Ok(Self {
+            backend,
+            model_id: model.model_id,
+        })
+    }
+
+    /// The model's identity, as calibration files name it.
+    pub fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    /// Render each conversation with the model's chat template (the assistant's turn open)
+    /// and write the assistant's turn, all of them in one call. Deterministic for a fixed
+    /// `sampling.seed`: conversation `i` always draws from the seed's stream `i`.
+    pub fn write(
+        &self,
+        conversations: &[Vec<ChatMessage>],
+        sampling: &Sampling,
+    ) -> Result<Vec<Written>, CoreError> {
+        let prompts = conversations
+            .iter()
+            .map(|messages| self.backend.prompt(messages))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(EngineError::from)?;
+        let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        let generator = self.backend.generator();
+        let written = generator
+            .generate(&views, sampling)
+            .map_err(EngineError::from)?;
+        written
+            .into_iter()
+            .zip(&prompts)
+            .map(|(generation, prompt)| {
+                Ok(Written {
+                    text: generator
+                        .decode(&generation.tokens)
+                        .map_err(EngineError::from)?,
+                    prompt_tokens: prompt.len(),
+                    tokens: generation.tokens,
+                    finish: generation.finish,
+                })
+            })
+            .collect()
     }
 }
 

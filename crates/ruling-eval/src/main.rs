@@ -22,6 +22,7 @@ mod report;
 mod results;
 mod run;
 mod summary;
+mod write;
 
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
@@ -56,6 +57,8 @@ enum Command {
     Report(report::ReportArgs),
     /// Two results directories side by side, with paired bootstrap intervals.
     Compare(compare::CompareArgs),
+    /// Have a decoder write the assistant's turn for prompts (seeded sampling).
+    Write(write::WriteArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -130,6 +133,7 @@ fn main() -> anyhow::Result<()> {
         Command::Calibrate(args) => calibrate::calibrate(args),
         Command::Report(args) => report::report(args),
         Command::Compare(args) => compare::compare(args),
+        Command::Write(args) => write::write(args),
     }
 }
 

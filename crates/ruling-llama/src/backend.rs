@@ -8,7 +8,10 @@ use std::sync::{Arc, OnceLock};
 use llama_cpp_2::llama_backend::LlamaBackend as Runtime;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
-use ruling_backend::{Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage};
+use ruling_backend::{
+    Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, Decoding, Generation,
+    Generator, Sampling,
+};
 use ruling_candle::{ChatText, TextTokenizer};
 
 use crate::error::LoadError;
@@ -272,5 +275,34 @@ impl Backend for LlamaCppBackend {
 
     fn accepts_system_role(&self) -> bool {
         self.text.accepts_system_role()
+    }
+}
+
+/// Prompts are written together: each decode call carries one token of every prompt still
+/// writing, so the weights are read once per step for all of them.
+impl Generator for LlamaCppBackend {
+    fn generate(
+        &self,
+        prompts: &[&[u32]],
+        sampling: &Sampling,
+    ) -> Result<Vec<Generation>, BackendError> {
+        ruling_backend::check_prompts(prompts, self.info.context_length, self.vocab)?;
+        let mut decoding = Decoding::new(prompts.len(), sampling, self.text.end_tokens())?;
+        let owned: Vec<Vec<u32>> = prompts.iter().map(|p| p.to_vec()).collect();
+        let max_tokens = sampling.max_tokens;
+        let decoding = self.pool.run(move |worker| {
+            worker
+                .generate(&owned, &mut decoding, max_tokens)
+                .map(|()| decoding)
+        })??;
+        Ok(decoding.finish())
+    }
+
+    fn end_tokens(&self) -> &[u32] {
+        self.text.end_tokens()
+    }
+
+    fn decode(&self, tokens: &[u32]) -> Result<String, BackendError> {
+        self.text.decode(tokens)
     }
 }

@@ -16,7 +16,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
-use ruling_backend::{BackendError, BranchLogits};
+use ruling_backend::{BackendError, BranchLogits, Decoding};
 
 use crate::error::LoadError;
 
@@ -315,6 +315,118 @@ impl<'m> Worker<'m> {
             .zip(last)
             .map(|(branch, row)| read_codes(self.context.get_logits_ith(row), &branch.codes))
             .collect())
+    }
+
+    /// Write a continuation of every prompt. Prompts go in groups that fit the sequences and
+    /// the cache (each prompt's cells reserved for its longest continuation); within a group
+    /// the prompts are prefilled together, then every one still writing takes one token per
+    /// decode call, all of them in the same batch.
+    pub fn generate(
+        &mut self,
+        prompts: &[Vec<u32>],
+        decoding: &mut Decoding,
+        max_tokens: usize,
+    ) -> Result<(), BackendError> {
+        self.forget();
+        let n_ctx = self.shape.n_ctx as usize;
+        let reserve = |prompt: &[u32]| (prompt.len() + max_tokens).min(n_ctx);
+        let mut start = 0;
+        while start < prompts.len() {
+            let mut end = start;
+            let mut cells = 0;
+            while end < prompts.len()
+                && end - start < self.shape.n_seq as usize
+                && (end == start || cells + reserve(&prompts[end]) <= n_ctx)
+            {
+                cells += reserve(&prompts[end]);
+                end += 1;
+            }
+            let result = self.generate_group(start, &prompts[start..end], decoding);
+            self.forget();
+            result?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn generate_group(
+        &mut self,
+        first_row: usize,
+        group: &[Vec<u32>],
+        decoding: &mut Decoding,
+    ) -> Result<(), BackendError> {
+        let n_batch = self.shape.n_batch as usize;
+        let n_ctx = self.shape.n_ctx as usize;
+        // Each row's length in the cache, and the token it feeds next.
+        let mut lengths: Vec<usize> = group.iter().map(Vec::len).collect();
+        let mut next: Vec<Option<u32>> = vec![None; group.len()];
+        // Prefill: every prompt's tokens, packed into batches; logits at each one's last.
+        let mut pending: Vec<(usize, usize)> = Vec::new();
+        self.batch.clear();
+        for (index, prompt) in group.iter().enumerate() {
+            for (offset, &token) in prompt.iter().enumerate() {
+                if self.batch.n_tokens() as usize == n_batch {
+                    self.decode_prompts(first_row, &pending, decoding, &mut next)?;
+                    pending.clear();
+                    self.batch.clear();
+                }
+                let is_last = offset + 1 == prompt.len();
+                self.batch
+                    .add(token_of(token), position(offset), &[index as i32], is_last)
+                    .map_err(|err| forward("batch", err))?;
+                if is_last {
+                    pending.push((index, self.batch.n_tokens() as usize - 1));
+                }
+            }
+        }
+        self.decode_prompts(first_row, &pending, decoding, &mut next)?;
+        // Steps: one token per row still writing, all rows in one batch.
+        loop {
+            self.batch.clear();
+            pending.clear();
+            for (index, token) in next.iter_mut().enumerate() {
+                let Some(token) = token.take() else { continue };
+                if lengths[index] >= n_ctx {
+                    decoding.stop_for_length(first_row + index);
+                    continue;
+                }
+                self.batch
+                    .add(
+                        token_of(token),
+                        position(lengths[index]),
+                        &[index as i32],
+                        true,
+                    )
+                    .map_err(|err| forward("batch", err))?;
+                lengths[index] += 1;
+                pending.push((index, self.batch.n_tokens() as usize - 1));
+            }
+            if pending.is_empty() {
+                return Ok(());
+            }
+            self.decode_prompts(first_row, &pending, decoding, &mut next)?;
+        }
+    }
+
+    /// Decode the batch and pick the next token of every row in `pending` (row, batch index).
+    fn decode_prompts(
+        &mut self,
+        first_row: usize,
+        pending: &[(usize, usize)],
+        decoding: &mut Decoding,
+        next: &mut [Option<u32>],
+    ) -> Result<(), BackendError> {
+        if self.batch.n_tokens() == 0 {
+            return Ok(());
+        }
+        self.context
+            .decode(&mut self.batch)
+            .map_err(|err| forward("decode", err))?;
+        for &(index, at) in pending {
+            let logits = self.context.get_logits_ith(at as i32);
+            next[index] = decoding.push(first_row + index, logits);
+        }
+        Ok(())
     }
 
     /// Make sequence 0 hold `prefix`, restoring its saved cells unless it is already there.
