@@ -16,11 +16,34 @@ enum Bench {
     Decoder(decoder::DecoderBenchArgs),
     /// Models served by `ruling-serve`, driven over HTTP: latency, throughput, peak memory.
     Serve(serve::ServeBenchArgs),
+    /// The decoder backends side by side (candle, llama.cpp behind the port, plain
+    /// llama.cpp): `ruling-bench` in release with these arguments (`--help` is its own).
+    /// Writes `docs/bench/backends.md`.
+    #[command(disable_help_flag = true)]
+    Backends {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     match &args.what {
         Bench::Decoder(args) => decoder::run(args),
         Bench::Serve(args) => serve::run(args),
+        Bench::Backends { args } => backends(args),
     }
+}
+
+/// A separate binary, so xtask itself never links llama.cpp.
+fn backends(args: &[String]) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    crate::prereq::ensure()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .args(["run", "--release", "-p", "ruling-bench", "--"])
+        .args(args)
+        .status()
+        .with_context(|| format!("could not start {cargo}"))?;
+    anyhow::ensure!(status.success(), "ruling-bench failed ({status})");
+    Ok(())
 }

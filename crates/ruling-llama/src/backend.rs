@@ -60,8 +60,9 @@ impl Default for LoadOptions {
     }
 }
 
-/// llama.cpp is initialised once per process and never torn down.
-fn runtime() -> Result<&'static Runtime, LoadError> {
+/// llama.cpp's process-wide runtime, initialised on first use and never torn down (it may be
+/// initialised only once, so a program that also calls llama.cpp directly takes it from here).
+pub fn runtime() -> Result<&'static Runtime, LoadError> {
     static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {

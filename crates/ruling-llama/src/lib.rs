@@ -16,5 +16,6 @@ mod worker;
 
 pub use backend::{
     DEFAULT_BATCH, DEFAULT_CONTEXT, DEFAULT_SEQUENCES, LlamaCppBackend, LlamaPrefix, LoadOptions,
+    runtime,
 };
 pub use error::LoadError;

@@ -1,0 +1,819 @@
+//! `ruling-bench`: the decoder backends side by side, on the same GGUF, in one run.
+//!
+//! For each model, in a child process per backend (so peak memory is that backend's alone):
+//! prefill tokens/s of a ~400-token state; requests of 1 and 16 questions, with one rotation and
+//! with every rotation, through the real `DecoderEngine` (prefix cache off, so every request
+//! pays its prefill); generation tokens/s for one prompt and for eight at once; peak resident
+//! memory. The llama child then replays the very prefix and branches the engine asked for on
+//! *plain llama.cpp* (the same crate, no engine): the prefix decoded once, each branch decoded on
+//! top of it and its cells dropped, which is what a careful user of llama.cpp would write.
+//! `cargo xtask bench backends` runs it and writes `docs/bench/backends.md`. A program, not a
+//! test: it measures, it does not assert.
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::token::LlamaToken;
+use ruling_backend::{
+    Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, DecoderEngine, Engine,
+    EngineOptions, Generator, Role, Sampling,
+};
+use ruling_models::{LocalModel, PullOptions};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "The decoder backends side by side: candle, llama.cpp behind the port, plain llama.cpp"
+)]
+struct Args {
+    /// Catalog names or GGUF paths, comma separated.
+    #[arg(
+        long,
+        default_value = "smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b"
+    )]
+    models: String,
+    /// Backends to run, comma separated (candle, llama; llama also runs plain llama.cpp).
+    #[arg(long, default_value = "candle,llama")]
+    backends: String,
+    /// Tokens in the state.
+    #[arg(long, default_value_t = 400)]
+    state_tokens: usize,
+    /// Tokens written per prompt in the generation runs.
+    #[arg(long, default_value_t = 64)]
+    write_tokens: usize,
+    /// Threads each backend computes with.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Where the report goes (`.md`, and `.json` beside it).
+    #[arg(long, default_value = "docs/bench/backends.md")]
+    out: PathBuf,
+    /// Internal: run one model on one backend and write its JSON here.
+    #[arg(long, hide = true)]
+    single: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Run {
+    model: String,
+    backend: String,
+    load_s: f64,
+    prefill_tokens: usize,
+    prefill_tokens_per_s: f64,
+    requests: Vec<RequestRow>,
+    writing: Vec<WriteRow>,
+    peak_rss_mib: f64,
+    /// Plain llama.cpp on the same work (the llama child only).
+    plain: Option<Plain>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RequestRow {
+    questions: usize,
+    every_rotation: bool,
+    branches: usize,
+    branch_tokens: usize,
+    seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct WriteRow {
+    prompts: usize,
+    tokens: usize,
+    seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Plain {
+    prefill_tokens_per_s: f64,
+    requests: Vec<RequestRow>,
+    writing: Vec<WriteRow>,
+}
+
+const STATE_TEXT: &str = "The customer writes that the invoice for March was charged twice to the \
+    same card, once on the first and again on the third, and asks for one of the two payments \
+    to be refunded. They add that the mobile app has logged them out several times this week, \
+    that the password reset email arrives late, and that they would like to move from the \
+    monthly plan to the yearly one if the refund goes through before the end of the month. ";
+
+const PROMPTS: [&str; 8] = [
+    "Write a short story about a lighthouse keeper.",
+    "Explain how a refund is processed by a bank.",
+    "Describe the city of Paris to a child.",
+    "List the steps to reset a forgotten password.",
+    "Why is the sky blue? Explain in detail.",
+    "Write a letter asking for a yearly plan.",
+    "What makes a good customer support reply?",
+    "Summarise the plot of a detective novel.",
+];
+
+/// The 16 questions of the request: nouls, scores and choices of two to six options.
+fn questions() -> serde_json::Value {
+    serde_json::json!({
+        "billing": {"type": "noul", "instructions": "Is this ticket about billing or payments?"},
+        "team": {"type": "choice", "instructions": "Which team should handle this ticket first?",
+                 "criteria": {"billing": "refunds and invoices", "tech": "bugs and log-in problems", "sales": "plans and upgrades", "other": null}},
+        "urgency": {"type": "score", "instructions": "How urgent is this ticket?",
+                    "criteria": ["can wait", "this week", "today", "right now"]},
+        "angry": {"type": "noul", "instructions": "Does the customer sound angry?"},
+        "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?",
+                   "criteria": {"true": "they ask for money back", "false": "no money is asked back"}},
+        "area": {"type": "choice", "instructions": "Which product area is affected most?",
+                 "criteria": {"payments": null, "login": null, "mobile app": null, "web": null, "email": null, "other": null}},
+        "sentiment": {"type": "score", "instructions": "How satisfied does the customer sound?",
+                      "criteria": ["very unhappy", "unhappy", "neutral", "happy", "very happy"]},
+        "upgrade": {"type": "noul", "instructions": "Does the customer want to change their plan?"},
+        "channel": {"type": "choice", "instructions": "Where should the reply go?",
+                    "criteria": {"email": null, "phone": null, "in-app chat": null}},
+        "security": {"type": "noul", "instructions": "Could this be a security problem with the account?"},
+        "language": {"type": "choice", "instructions": "What language is the ticket written in?",
+                     "criteria": {"English": null, "French": null, "German": null, "Spanish": null}},
+        "followup": {"type": "noul", "instructions": "Will this need a follow-up after the first reply?"},
+        "effort": {"type": "score", "instructions": "How much work will resolving it take?",
+                   "criteria": ["minutes", "an hour", "a day"]},
+        "duplicate": {"type": "noul", "instructions": "Is a payment described as made twice?"},
+        "priority": {"type": "choice", "instructions": "Which issue should be solved first?",
+                     "criteria": {"the double charge": null, "the log-outs": null}},
+        "spam": {"type": "noul", "instructions": "Is this ticket spam?"}
+    })
+}
+
+/// A backend that notes the prefix and branches the engine asks for, so plain llama.cpp can
+/// be given exactly the same work. Shared through an `Arc` so engines of several settings use
+/// one loaded model.
+struct Recorder<B> {
+    inner: Arc<B>,
+    log: Arc<Mutex<Work>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Work {
+    prefix: Vec<u32>,
+    branches: Vec<Vec<u32>>,
+}
+
+impl<B: Backend> Backend for Recorder<B> {
+    type Prefix = B::Prefix;
+
+    fn info(&self) -> &BackendInfo {
+        self.inner.info()
+    }
+
+    fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, BackendError> {
+        self.inner.render_chat(messages)
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        self.inner.encode(text)
+    }
+
+    fn encode_prefix(&self, tokens: &[u32]) -> Result<B::Prefix, BackendError> {
+        if let Ok(mut log) = self.log.lock() {
+            log.prefix = tokens.to_vec();
+        }
+        self.inner.encode_prefix(tokens)
+    }
+
+    fn prefix_len(&self, prefix: &B::Prefix) -> usize {
+        self.inner.prefix_len(prefix)
+    }
+
+    fn prefix_bytes(&self, prefix: &B::Prefix) -> usize {
+        self.inner.prefix_bytes(prefix)
+    }
+
+    fn score_branches(
+        &self,
+        prefix: &B::Prefix,
+        branches: &[Branch<'_>],
+    ) -> Result<Vec<BranchLogits>, BackendError> {
+        if let Ok(mut log) = self.log.lock() {
+            log.branches
+                .extend(branches.iter().map(|b| b.tokens.to_vec()));
+        }
+        self.inner.score_branches(prefix, branches)
+    }
+
+    fn accepts_system_role(&self) -> bool {
+        self.inner.accepts_system_role()
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(out) = &args.single {
+        let model = args.models.split(',').next().unwrap_or_default();
+        let run = single(model, &args.backends, &args)?;
+        std::fs::write(out, serde_json::to_vec_pretty(&run)?)?;
+        return Ok(());
+    }
+    let exe = std::env::current_exe()?;
+    let mut runs = Vec::new();
+    for model in args.models.split(',').filter(|m| !m.is_empty()) {
+        for backend in args.backends.split(',').filter(|b| !b.is_empty()) {
+            eprintln!("bench: {model} on {backend}");
+            let json = std::env::temp_dir().join(format!(
+                "ruling-bench-{}-{backend}.json",
+                std::process::id()
+            ));
+            let status = Command::new(&exe)
+                .args(["--models", model, "--backends", backend])
+                .args(["--state-tokens", &args.state_tokens.to_string()])
+                .args(["--write-tokens", &args.write_tokens.to_string()])
+                .args(["--threads", &args.threads.to_string()])
+                .arg("--single")
+                .arg(&json)
+                .status()?;
+            if !status.success() {
+                bail!("the benchmark of {model} on {backend} failed ({status})");
+            }
+            runs.push(serde_json::from_slice::<Run>(&std::fs::read(&json)?)?);
+            std::fs::remove_file(&json).ok();
+        }
+    }
+    write_report(&args, &runs)
+}
+
+fn model_path(spec: &str) -> anyhow::Result<PathBuf> {
+    let mut options = PullOptions::from_env()?;
+    if std::env::var_os(ruling_models::CACHE_ENV).is_none() {
+        options = PullOptions::new(Path::new("target/ruling-cache"));
+    }
+    options.hub = false;
+    match ruling_models::pull_str(spec, &options)? {
+        LocalModel::Gguf { path } => Ok(path),
+        LocalModel::Directory { path } => bail!("{} is not a GGUF file", path.display()),
+    }
+}
+
+fn seconds(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64()
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        })
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// A state of exactly `tokens` tokens, decoded back to text.
+fn state_text(
+    backend: &impl Backend,
+    tokenizer: &ruling_candle::TextTokenizer,
+    tokens: usize,
+) -> anyhow::Result<String> {
+    let mut text = String::new();
+    while backend.encode(&text)?.len() < tokens {
+        text.push_str(STATE_TEXT);
+    }
+    let ids = backend.encode(&text)?;
+    Ok(tokenizer.decode(&ids[..tokens])?)
+}
+
+/// The four request shapes: 1 and 16 questions, one rotation and every rotation.
+const SHAPES: [(usize, bool); 4] = [(1, false), (1, true), (16, false), (16, true)];
+
+/// Every rotation: each choice shown in all its cyclic orders, nouls and scores both ways.
+const EVERY_ROTATION: u32 = 6;
+
+fn single(model: &str, backend: &str, args: &Args) -> anyhow::Result<Run> {
+    let path = model_path(model)?;
+    match backend {
+        "candle" => {
+            let started = Instant::now();
+            let loaded = Arc::new(ruling_candle::CandleBackend::load(
+                &path,
+                &ruling_candle::LoadOptions::default(),
+            )?);
+            let load_s = seconds(started);
+            let tokenizer = loaded.tokenizer();
+            let (mut run, _) = measure(
+                model,
+                "candle",
+                load_s,
+                Arc::clone(&loaded),
+                tokenizer,
+                args,
+            )?;
+            run.peak_rss_mib = peak_rss_mib();
+            Ok(run)
+        }
+        "llama" => {
+            let started = Instant::now();
+            let options = ruling_llama::LoadOptions {
+                threads: Some(args.threads),
+                ..ruling_llama::LoadOptions::default()
+            };
+            let loaded = Arc::new(ruling_llama::LlamaCppBackend::load(&path, &options)?);
+            let load_s = seconds(started);
+            let tokenizer = loaded.tokenizer();
+            let (mut run, work) =
+                measure(model, "llama", load_s, Arc::clone(&loaded), tokenizer, args)?;
+            run.peak_rss_mib = peak_rss_mib();
+            drop(loaded);
+            run.plain = Some(plain(&path, &work, args)?);
+            Ok(run)
+        }
+        other => bail!("unknown backend {other:?}; expected candle or llama"),
+    }
+}
+
+/// What the engine and the writer cost on one backend; returns the work each request shape
+/// put through the model, for the plain replay.
+fn measure<B: Backend + Generator + 'static>(
+    model: &str,
+    name: &str,
+    load_s: f64,
+    backend: Arc<B>,
+    tokenizer: &ruling_candle::TextTokenizer,
+    args: &Args,
+) -> anyhow::Result<(Run, Vec<(RequestRow, Work)>)> {
+    let state = state_text(backend.as_ref(), tokenizer, args.state_tokens)?;
+    let log = Arc::new(Mutex::new(Work::default()));
+    let engine = |rotations: u32| {
+        DecoderEngine::new(
+            Recorder {
+                inner: Arc::clone(&backend),
+                log: Arc::clone(&log),
+            },
+            EngineOptions {
+                rotations,
+                prefix_cache_bytes: 0,
+                max_request_tokens: 1 << 20,
+                ..EngineOptions::default()
+            },
+            None,
+        )
+    };
+    let one = engine(1)?;
+    let every = engine(EVERY_ROTATION)?;
+
+    // Prefill: the request's prefix alone (recorded from a one-question request).
+    let body = request(&state, 1)?;
+    let valid = ruling_schema::parse_request(&body, &one.info().capabilities)?;
+    one.evaluate(&valid)?;
+    let prefix = log.lock().map(|l| l.prefix.clone()).unwrap_or_default();
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        backend.encode_prefix(&prefix)?;
+        times.push(seconds(started));
+    }
+    let prefill_s = median(&mut times);
+
+    let mut requests = Vec::new();
+    let mut work = Vec::new();
+    for (questions, every_rotation) in SHAPES {
+        let engine = if every_rotation { &every } else { &one };
+        let body = request(&state, questions)?;
+        let valid = ruling_schema::parse_request(&body, &engine.info().capabilities)?;
+        let mut times = Vec::new();
+        let mut recorded = Work::default();
+        // Short requests are repeated and the median taken; long ones run once.
+        while times.len() < 3 && times.iter().sum::<f64>() < 20.0 {
+            if let Ok(mut l) = log.lock() {
+                *l = Work::default();
+            }
+            let started = Instant::now();
+            engine.evaluate(&valid)?;
+            times.push(seconds(started));
+            recorded = log.lock().map(|l| l.clone()).unwrap_or_default();
+        }
+        let row = RequestRow {
+            questions,
+            every_rotation,
+            branches: recorded.branches.len(),
+            branch_tokens: recorded.branches.iter().map(Vec::len).sum(),
+            seconds: median(&mut times),
+        };
+        eprintln!(
+            "bench: {model} {name}: {questions} questions{}: {:.2} s ({} branches, {} tokens)",
+            if every_rotation {
+                ", every rotation"
+            } else {
+                ""
+            },
+            row.seconds,
+            row.branches,
+            row.branch_tokens
+        );
+        work.push((row.clone(), recorded));
+        requests.push(row);
+    }
+
+    let prompts: Vec<Vec<u32>> = PROMPTS
+        .iter()
+        .map(|p| {
+            let text = backend.render_chat(&[ChatMessage::new(Role::User, *p)])?;
+            backend.encode(&text)
+        })
+        .collect::<Result<_, _>>()?;
+    let mut writing = Vec::new();
+    for count in [1, 8] {
+        let views: Vec<&[u32]> = prompts[..count].iter().map(Vec::as_slice).collect();
+        let sampling = Sampling {
+            max_tokens: args.write_tokens,
+            ..Sampling::default()
+        };
+        let started = Instant::now();
+        let written = backend.generate(&views, &sampling)?;
+        let row = WriteRow {
+            prompts: count,
+            tokens: written.iter().map(|w| w.tokens.len()).sum(),
+            seconds: seconds(started),
+        };
+        eprintln!(
+            "bench: {model} {name}: {count} prompts wrote {} tokens in {:.2} s",
+            row.tokens, row.seconds
+        );
+        writing.push(row);
+    }
+    Ok((
+        Run {
+            model: model.to_owned(),
+            backend: name.to_owned(),
+            load_s,
+            prefill_tokens: prefix.len(),
+            prefill_tokens_per_s: prefix.len() as f64 / prefill_s,
+            requests,
+            writing,
+            peak_rss_mib: 0.0,
+            plain: None,
+        },
+        work,
+    ))
+}
+
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn request(state: &str, questions: usize) -> anyhow::Result<Vec<u8>> {
+    let all = questions_map()?;
+    let picked: serde_json::Map<String, serde_json::Value> =
+        all.into_iter().take(questions).collect();
+    Ok(serde_json::to_vec(&serde_json::json!({
+        "model": "bench",
+        "state": state,
+        "questions": picked,
+    }))?)
+}
+
+fn questions_map() -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    match questions() {
+        serde_json::Value::Object(map) => Ok(map),
+        _ => bail!("the questions are an object"),
+    }
+}
+
+fn token(id: u32) -> LlamaToken {
+    LlamaToken(i32::try_from(id).unwrap_or(i32::MAX))
+}
+
+/// The same work on llama.cpp with no engine: one context, the prefix decoded once into
+/// sequence 0, each branch decoded on top of it with logits at its last token and its cells
+/// removed after; generation with one sequence per prompt, every prompt's next token in one
+/// batch, greedy.
+fn plain(path: &Path, work: &[(RequestRow, Work)], args: &Args) -> anyhow::Result<Plain> {
+    let runtime = ruling_llama::runtime()?;
+    let model = LlamaModel::load_from_file(runtime, path, &LlamaModelParams::default())?;
+    let threads = i32::try_from(args.threads).unwrap_or(2);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(8192))
+        .with_n_batch(2048)
+        .with_n_ubatch(512)
+        .with_n_seq_max(8)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads);
+    let mut context = model.new_context(runtime, params)?;
+    let mut batch = LlamaBatch::new(2048, 1);
+
+    let mut decode_prefix = |context: &mut llama_cpp_2::context::LlamaContext<'_>,
+                             prefix: &[u32]|
+     -> anyhow::Result<()> {
+        context.clear_kv_cache();
+        for (chunk_index, chunk) in prefix.chunks(2048).enumerate() {
+            batch.clear();
+            for (offset, &id) in chunk.iter().enumerate() {
+                let at = chunk_index * 2048 + offset;
+                batch.add(token(id), at as i32, &[0], at + 1 == prefix.len())?;
+            }
+            context.decode(&mut batch)?;
+        }
+        Ok(())
+    };
+
+    let prefix = &work.first().context("no work recorded")?.1.prefix;
+    decode_prefix(&mut context, prefix)?; // warm-up
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        decode_prefix(&mut context, prefix)?;
+        times.push(seconds(started));
+    }
+    let prefill_tokens_per_s = prefix.len() as f64 / median(&mut times);
+
+    let mut requests = Vec::new();
+    let mut batch = LlamaBatch::new(2048, 1);
+    for (row, recorded) in work {
+        let mut times = Vec::new();
+        while times.len() < 3 && times.iter().sum::<f64>() < 20.0 {
+            let started = Instant::now();
+            context.clear_kv_cache();
+            batch.clear();
+            for (at, &id) in recorded.prefix.iter().enumerate() {
+                batch.add(token(id), at as i32, &[0], false)?;
+            }
+            context.decode(&mut batch)?;
+            let p = recorded.prefix.len();
+            for branch in &recorded.branches {
+                batch.clear();
+                for (offset, &id) in branch.iter().enumerate() {
+                    batch.add(
+                        token(id),
+                        (p + offset) as i32,
+                        &[0],
+                        offset + 1 == branch.len(),
+                    )?;
+                }
+                context.decode(&mut batch)?;
+                let logits = context.get_logits_ith(batch.n_tokens() - 1);
+                std::hint::black_box(logits.iter().copied().fold(f32::MIN, f32::max));
+                context.clear_kv_cache_seq(Some(0), Some(p as u32), None)?;
+            }
+            times.push(seconds(started));
+        }
+        let seconds = median(&mut times);
+        eprintln!(
+            "bench: plain llama.cpp: {} questions{}: {seconds:.2} s",
+            row.questions,
+            if row.every_rotation {
+                ", every rotation"
+            } else {
+                ""
+            }
+        );
+        requests.push(RequestRow {
+            seconds,
+            ..row.clone()
+        });
+    }
+
+    let vocab = model.vocab();
+    let prompts: Vec<Vec<u32>> = PROMPTS
+        .iter()
+        .map(|p| {
+            let text = format_prompt(path, p)?;
+            Ok(vocab
+                .tokenize(text.as_bytes(), false, true)
+                .into_iter()
+                .map(|t| t.0 as u32)
+                .collect())
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let mut writing = Vec::new();
+    for count in [1usize, 8] {
+        context.clear_kv_cache();
+        let started = Instant::now();
+        batch.clear();
+        let mut lengths = Vec::new();
+        let mut last = Vec::new();
+        for (seq, prompt) in prompts[..count].iter().enumerate() {
+            for (at, &id) in prompt.iter().enumerate() {
+                batch.add(token(id), at as i32, &[seq as i32], at + 1 == prompt.len())?;
+            }
+            lengths.push(prompt.len());
+            last.push(Some(batch.n_tokens() - 1));
+        }
+        context.decode(&mut batch)?;
+        let mut written = 0;
+        let mut steps = 0;
+        while steps < args.write_tokens {
+            batch.clear();
+            let mut rows = Vec::new();
+            for seq in 0..count {
+                let Some(at) = last[seq] else { continue };
+                let logits = context.get_logits_ith(at);
+                let mut best = 0;
+                for (i, &l) in logits.iter().enumerate() {
+                    if l > logits[best] {
+                        best = i;
+                    }
+                }
+                let next = LlamaToken(best as i32);
+                if vocab.is_eog(next) {
+                    last[seq] = None;
+                    continue;
+                }
+                written += 1;
+                batch.add(next, lengths[seq] as i32, &[seq as i32], true)?;
+                lengths[seq] += 1;
+                rows.push(seq);
+            }
+            if rows.is_empty() {
+                break;
+            }
+            context.decode(&mut batch)?;
+            for (index, seq) in rows.into_iter().enumerate() {
+                last[seq] = Some(index as i32);
+            }
+            steps += 1;
+        }
+        let row = WriteRow {
+            prompts: count,
+            tokens: written,
+            seconds: seconds(started),
+        };
+        eprintln!(
+            "bench: plain llama.cpp: {count} prompts wrote {} tokens in {:.2} s",
+            row.tokens, row.seconds
+        );
+        writing.push(row);
+    }
+    Ok(Plain {
+        prefill_tokens_per_s,
+        requests,
+        writing,
+    })
+}
+
+/// A user turn in the GGUF's own chat template (rendered by the project's reader, as every
+/// backend does, so the plain run writes after the same prompt).
+fn format_prompt(path: &Path, user: &str) -> anyhow::Result<String> {
+    let text = ruling_candle::ChatText::from_gguf(path)?;
+    Ok(text.render_chat(&[ChatMessage::new(Role::User, user)])?)
+}
+
+fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let mut md = String::new();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    writeln!(md, "# Decoder backends side by side\n")?;
+    writeln!(
+        md,
+        "Written by `cargo xtask bench backends` on {} ({cpus} CPUs, {} threads per backend). \
+         Each model runs in a child process per backend; plain llama.cpp runs in the llama \
+         child after the backend is measured, on exactly the prefix and branches the engine \
+         sent (recorded), so the ratios compare the same work measured in one run. Requests go \
+         through the real `DecoderEngine` with the prefix cache off, so each pays its prefill; \
+         short requests are the median of three. Generation is greedy, {} tokens at most per \
+         prompt, timed from the prompt to the last token.\n",
+        std::env::consts::ARCH,
+        args.threads,
+        args.write_tokens
+    )?;
+    let models: Vec<&str> = {
+        let mut m: Vec<&str> = runs.iter().map(|r| r.model.as_str()).collect();
+        m.dedup();
+        m
+    };
+    writeln!(md, "## Prefill, memory\n")?;
+    writeln!(
+        md,
+        "| model | state tokens | candle tok/s | llama backend tok/s | plain llama.cpp tok/s | candle peak RSS MiB | llama peak RSS MiB |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|---|")?;
+    for model in &models {
+        let candle = runs
+            .iter()
+            .find(|r| r.model == *model && r.backend == "candle");
+        let llama = runs
+            .iter()
+            .find(|r| r.model == *model && r.backend == "llama");
+        let tokens = candle.or(llama).map_or(0, |r| r.prefill_tokens);
+        let cell =
+            |v: Option<f64>, digits: usize| v.map_or("—".to_owned(), |v| format!("{v:.digits$}"));
+        writeln!(
+            md,
+            "| {model} | {tokens} | {} | {} | {} | {} | {} |",
+            cell(candle.map(|r| r.prefill_tokens_per_s), 0),
+            cell(llama.map(|r| r.prefill_tokens_per_s), 0),
+            cell(
+                llama
+                    .and_then(|r| r.plain.as_ref())
+                    .map(|p| p.prefill_tokens_per_s),
+                0
+            ),
+            cell(candle.map(|r| r.peak_rss_mib), 0),
+            cell(llama.map(|r| r.peak_rss_mib), 0),
+        )?;
+    }
+    writeln!(
+        md,
+        "\n## Requests (seconds; ratio = plain llama.cpp over the llama backend)\n"
+    )?;
+    writeln!(
+        md,
+        "| model | questions | rotations | branches | branch tokens | candle s | llama backend s | plain llama.cpp s | plain / llama | cost vs 1 question (llama) |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
+    for model in &models {
+        let candle = runs
+            .iter()
+            .find(|r| r.model == *model && r.backend == "candle");
+        let llama = runs
+            .iter()
+            .find(|r| r.model == *model && r.backend == "llama");
+        for (i, (questions, every)) in SHAPES.iter().enumerate() {
+            let pick = |r: Option<&Run>| r.and_then(|r| r.requests.get(i)).map(|q| q.seconds);
+            let plain_s = llama
+                .and_then(|r| r.plain.as_ref())
+                .and_then(|p| p.requests.get(i))
+                .map(|q| q.seconds);
+            let shape = llama.or(candle).and_then(|r| r.requests.get(i));
+            let one = llama.and_then(|r| {
+                r.requests
+                    .iter()
+                    .find(|q| q.questions == 1 && q.every_rotation == *every)
+                    .map(|q| q.seconds)
+            });
+            let cell = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.2}"));
+            let ratio = match (plain_s, pick(llama)) {
+                (Some(p), Some(l)) => format!("{:.2}x", p / l),
+                _ => "—".into(),
+            };
+            let cost = match (pick(llama), one) {
+                (Some(l), Some(o)) => format!("{:.2}x", l / o),
+                _ => "—".into(),
+            };
+            writeln!(
+                md,
+                "| {model} | {questions} | {} | {} | {} | {} | {} | {} | {ratio} | {cost} |",
+                if *every { "every" } else { "1" },
+                shape.map_or(0, |s| s.branches),
+                shape.map_or(0, |s| s.branch_tokens),
+                cell(pick(candle)),
+                cell(pick(llama)),
+                cell(plain_s),
+            )?;
+        }
+    }
+    writeln!(md, "\n## Generation (tokens/s over the whole call)\n")?;
+    writeln!(
+        md,
+        "| model | prompts | candle | llama backend | plain llama.cpp | llama / plain |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|")?;
+    for model in &models {
+        let candle = runs
+            .iter()
+            .find(|r| r.model == *model && r.backend == "candle");
+        let llama = runs
+            .iter()
+            .find(|r| r.model == *model && r.backend == "llama");
+        for (i, prompts) in [1, 8].iter().enumerate() {
+            let rate = |w: Option<&WriteRow>| w.map(|w| w.tokens as f64 / w.seconds);
+            let c = rate(candle.and_then(|r| r.writing.get(i)));
+            let l = rate(llama.and_then(|r| r.writing.get(i)));
+            let p = rate(
+                llama
+                    .and_then(|r| r.plain.as_ref())
+                    .and_then(|p| p.writing.get(i)),
+            );
+            let cell = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.1}"));
+            let ratio = match (l, p) {
+                (Some(l), Some(p)) => format!("{:.2}", l / p),
+                _ => "—".into(),
+            };
+            writeln!(
+                md,
+                "| {model} | {prompts} | {} | {} | {} | {ratio} |",
+                cell(c),
+                cell(l),
+                cell(p)
+            )?;
+        }
+    }
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    write_atomic(&args.out, md.as_bytes())?;
+    write_atomic(
+        &args.out.with_extension("json"),
+        &serde_json::to_vec_pretty(runs)?,
+    )?;
+    eprintln!("bench: wrote {}", args.out.display());
+    Ok(())
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
