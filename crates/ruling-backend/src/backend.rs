@@ -121,6 +121,19 @@ pub trait Backend: Send + Sync {
     /// its budget.
     fn prefix_bytes(&self, prefix: &Self::Prefix) -> usize;
 
+    /// Extend an encoded prefix by `tokens`, leaving `prefix` as it was: the engine encodes a
+    /// question's stem (shared by all its rotations) this way once, and scores each rotation's
+    /// remaining tokens against the result. `None` (the default) when the backend cannot; the
+    /// engine then sends whole branches.
+    fn extend_prefix(
+        &self,
+        prefix: &Self::Prefix,
+        tokens: &[u32],
+    ) -> Result<Option<Self::Prefix>, BackendError> {
+        let _ = (prefix, tokens);
+        Ok(None)
+    }
+
     /// Score every branch as a continuation of `prefix`, returning one entry per branch in
     /// the order given, each exactly as wide as that branch's `codes`.
     fn score_branches(

@@ -25,10 +25,11 @@ use ruling_schema::{
 };
 
 use crate::answer::answer;
-use crate::backend::{Backend, Branch};
+use crate::backend::{Backend, Branch, BranchLogits};
 use crate::codes::{AnswerCodes, DEFAULT_CODES};
 use crate::contract::verify_backend;
 use crate::engine::{Engine, EngineError, EngineInfo};
+use crate::error::BackendError;
 use crate::prefix_cache::{PrefixCache, PrefixCacheStats};
 use crate::prompt::{split_prompt, user_head};
 use crate::render::{
@@ -66,6 +67,78 @@ pub struct EngineOptions {
     /// Bytes of encoded prefixes kept across requests, so questions about a state seen
     /// recently skip its prefill (0 turns the cache off).
     pub prefix_cache_bytes: usize,
+    /// Stop a question's rotations early once it is decided (off by default: every rotation
+    /// asked for is read).
+    pub adaptive: Option<AdaptiveRotations>,
+    /// Encode a question's stem (its instructions and preamble, the same in every rotation)
+    /// once as an extension of the prefix, and send each rotation's options and tail as the
+    /// branch. Used for questions with two or more rotations when the backend can extend a
+    /// prefix and the stem tokenizes the same apart as inside the branch.
+    pub shared_stems: bool,
+}
+
+/// When a question's remaining rotations are skipped. Rotations are read in a fixed order,
+/// one round at a time (round `r` holds the `r`-th rotation of every question still open);
+/// after each round a question stops once at least `min_rotations` have been read, every one
+/// of them put the same option first, and the running mean of their log-probabilities puts
+/// that option ahead of the runner-up by at least `margin` nats. It depends only on the
+/// question's own rotations, so the same request always stops at the same rotation, whatever
+/// else it asks; the trace lists the rotations read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdaptiveRotations {
+    pub margin: f64,
+    pub min_rotations: usize,
+}
+
+impl AdaptiveRotations {
+    /// Stop at `margin` nats after at least two rotations (so a noul or a score is always
+    /// read both ways): what the binaries' `--adaptive-margin` means. The margin must be a
+    /// finite number of nats, 0 or more.
+    pub fn after_two(margin: f64) -> Result<Self, String> {
+        if !margin.is_finite() || margin < 0.0 {
+            return Err(format!(
+                "an adaptive margin must be a finite number of nats, 0 or more; got {margin}"
+            ));
+        }
+        Ok(Self {
+            margin,
+            min_rotations: 2,
+        })
+    }
+
+    /// Whether the rotations read so far settle the question.
+    fn decided(&self, combined: &Combined) -> bool {
+        if combined.rotations.len() < self.min_rotations.max(1) || combined.scores.len() < 2 {
+            return false;
+        }
+        let top = argmax(&combined.scores);
+        let runner_up = combined
+            .scores
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != top)
+            .map(|(_, &s)| s)
+            .fold(f64::NEG_INFINITY, f64::max);
+        if combined.scores[top] - runner_up < self.margin {
+            return false;
+        }
+        let leader = &combined.keys[top];
+        combined
+            .rotations
+            .iter()
+            .all(|r| r.order.get(argmax(&r.log_probabilities)) == Some(leader))
+    }
+}
+
+/// The index of the largest value (the first on a tie).
+fn argmax(values: &[f64]) -> usize {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best
 }
 
 impl Default for EngineOptions {
@@ -81,6 +154,8 @@ impl Default for EngineOptions {
             served_name: None,
             system_prompt: SYSTEM_PROMPT.to_owned(),
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
+            adaptive: None,
+            shared_stems: true,
         }
     }
 }
@@ -102,7 +177,10 @@ pub struct DecoderEngine<B: Backend> {
 struct Pass {
     question: usize,
     keys: Vec<String>,
+    /// The branch: after the stem when there is one, else after the prefix.
     tokens: Vec<u32>,
+    /// The index of the question's stem in the plan's stems, when it has one.
+    stem: Option<usize>,
 }
 
 /// Per-key mean of debiased log-probabilities over a question's rotations, with what the
@@ -331,29 +409,212 @@ impl<B: Backend> DecoderEngine<B> {
         Ok(known)
     }
 
-    /// Score passes against the prefix and fold them per question.
+    /// Score passes against the prefix and fold them per question; returns the tokens put
+    /// through the model (branches, and each stem once). With adaptive rotations, passes go
+    /// in rounds by rotation and a decided question's remaining rotations are never scored.
     fn score(
         &self,
         prefix: &B::Prefix,
         passes: &[Pass],
+        stems: &[Vec<u32>],
         questions: usize,
-    ) -> Result<Vec<Combined>, EngineError> {
-        let branches: Vec<Branch<'_>> = passes
+    ) -> Result<(Vec<Combined>, usize), EngineError> {
+        let mut extended = Stems::default();
+        let Some(stop) = self.options.adaptive else {
+            let all: Vec<usize> = (0..passes.len()).collect();
+            let scored = self.score_passes(prefix, passes, stems, &all, &mut extended, false)?;
+            let used = passes.iter().map(|p| p.tokens.len()).sum::<usize>() + extended.tokens;
+            return Ok((self.fold(passes, &all, &scored, questions)?, used));
+        };
+        // The rotation index of each pass within its question, in planning order.
+        let mut seen = vec![0usize; questions];
+        let round_of: Vec<usize> = passes
             .iter()
-            .map(|p| Branch {
-                tokens: &p.tokens,
-                codes: &self.codes.ids()[..p.keys.len()],
+            .map(|p| {
+                let r = seen[p.question];
+                seen[p.question] += 1;
+                r
             })
             .collect();
-        let scored = self.backend.score_branches(prefix, &branches)?;
-        let counts: Vec<usize> = passes.iter().map(|p| p.keys.len()).collect();
+        let rounds = seen.iter().copied().max().unwrap_or(0);
+        let mut done = vec![false; questions];
+        let mut read: Vec<usize> = Vec::with_capacity(passes.len());
+        let mut scored = Vec::with_capacity(passes.len());
+        for round in 0..rounds {
+            let batch: Vec<usize> = (0..passes.len())
+                .filter(|&i| round_of[i] == round && !done[passes[i].question])
+                .collect();
+            if batch.is_empty() {
+                break;
+            }
+            scored.extend(self.score_passes(prefix, passes, stems, &batch, &mut extended, true)?);
+            read.extend(batch);
+            if round + 1 < rounds {
+                let partial = self.fold(passes, &read, &scored, questions)?;
+                for (slot, combined) in partial.iter().enumerate() {
+                    done[slot] = done[slot] || stop.decided(combined) || seen[slot] <= round + 1;
+                }
+                // A finished question's stem is not needed again.
+                for pass in passes.iter().filter(|p| done[p.question]) {
+                    if let Some(stem) = pass.stem {
+                        extended.encoded.remove(&stem);
+                    }
+                }
+            }
+        }
+        // Folded in planning order, exactly as without adaptive stopping.
+        let mut order: Vec<usize> = (0..read.len()).collect();
+        order.sort_by_key(|&i| read[i]);
+        let read_sorted: Vec<usize> = order.iter().map(|&i| read[i]).collect();
+        let scored_sorted: Vec<BranchLogits> = order.iter().map(|&i| scored[i].clone()).collect();
+        let used = read.iter().map(|&i| passes[i].tokens.len()).sum::<usize>() + extended.tokens;
+        Ok((
+            self.fold(passes, &read_sorted, &scored_sorted, questions)?,
+            used,
+        ))
+    }
+
+    /// The backend's logits for the passes named by `which`, in that order: passes without a
+    /// stem against the prefix in one call, each stem's passes in one call against the prefix
+    /// extended by that stem (encoded on first use; kept for later rounds when `keep`).
+    fn score_passes(
+        &self,
+        prefix: &B::Prefix,
+        passes: &[Pass],
+        stems: &[Vec<u32>],
+        which: &[usize],
+        extended: &mut Stems<B::Prefix>,
+        keep: bool,
+    ) -> Result<Vec<BranchLogits>, EngineError> {
+        let mut groups: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
+        for &index in which {
+            let stem = passes[index].stem;
+            match groups.iter_mut().find(|(s, _)| *s == stem) {
+                Some((_, members)) => members.push(index),
+                None => groups.push((stem, vec![index])),
+            }
+        }
+        let mut out: Vec<Option<BranchLogits>> = vec![None; passes.len()];
+        for (stem, members) in groups {
+            let branches: Vec<Branch<'_>> = members
+                .iter()
+                .map(|&i| Branch {
+                    tokens: &passes[i].tokens,
+                    codes: &self.codes.ids()[..passes[i].keys.len()],
+                })
+                .collect();
+            let scored = match stem {
+                None => self.backend.score_branches(prefix, &branches)?,
+                Some(s) => {
+                    if !extended.encoded.contains_key(&s) && !extended.unsupported {
+                        match self.backend.extend_prefix(prefix, &stems[s])? {
+                            Some(encoded) => {
+                                extended.tokens += stems[s].len();
+                                extended.encoded.insert(s, encoded);
+                            }
+                            None => extended.unsupported = true,
+                        }
+                    }
+                    match extended.encoded.get(&s) {
+                        Some(stemmed) => {
+                            let scored = self.backend.score_branches(stemmed, &branches)?;
+                            if !keep {
+                                extended.encoded.remove(&s);
+                            }
+                            scored
+                        }
+                        None => {
+                            // The backend cannot extend a prefix: whole branches, the stem
+                            // in each.
+                            let whole: Vec<Vec<u32>> = members
+                                .iter()
+                                .map(|&i| [stems[s].as_slice(), &passes[i].tokens].concat())
+                                .collect();
+                            extended.tokens += stems[s].len() * members.len();
+                            let branches: Vec<Branch<'_>> = members
+                                .iter()
+                                .zip(&whole)
+                                .map(|(&i, tokens)| Branch {
+                                    tokens,
+                                    codes: &self.codes.ids()[..passes[i].keys.len()],
+                                })
+                                .collect();
+                            self.backend.score_branches(prefix, &branches)?
+                        }
+                    }
+                }
+            };
+            for (&index, logits) in members.iter().zip(scored) {
+                out[index] = Some(logits);
+            }
+        }
+        which
+            .iter()
+            .map(|&i| {
+                out[i].take().ok_or_else(|| {
+                    EngineError::Backend(BackendError::Forward {
+                        source: "a branch was left unscored".into(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// A question's stem and each rotation's branch after it, when stems are on, the question
+    /// has two or more rotations, the backend can extend a prefix, and the stem tokenizes the
+    /// same apart as inside every rotation's branch (else `None`: whole branches).
+    fn split_stem(
+        &self,
+        rotations: &[RenderedQuestion],
+        tail: &str,
+    ) -> Result<Option<StemSplit>, EngineError> {
+        if !self.options.shared_stems || rotations.len() < 2 {
+            return Ok(None);
+        }
+        let first = &rotations[0];
+        let stem_text = &first.text[..first.stem_len];
+        if rotations
+            .iter()
+            .any(|r| r.stem_len != first.stem_len || &r.text[..r.stem_len] != stem_text)
+        {
+            return Ok(None);
+        }
+        let stem = self.backend.encode(stem_text)?;
+        let mut rests = Vec::with_capacity(rotations.len());
+        for rendered in rotations {
+            let rest = self
+                .backend
+                .encode(&format!("{}{tail}", &rendered.text[rendered.stem_len..]))?;
+            let whole = self.encode_branch(rendered, tail)?;
+            if rest.is_empty()
+                || whole.len() != stem.len() + rest.len()
+                || whole[..stem.len()] != stem[..]
+                || whole[stem.len()..] != rest[..]
+            {
+                return Ok(None);
+            }
+            rests.push(rest);
+        }
+        Ok(Some(StemSplit { stem, rests }))
+    }
+
+    /// Debias each scored pass and average its question's rotations per key.
+    fn fold(
+        &self,
+        passes: &[Pass],
+        which: &[usize],
+        scored: &[BranchLogits],
+        questions: usize,
+    ) -> Result<Vec<Combined>, EngineError> {
+        let counts: Vec<usize> = which.iter().map(|&i| passes[i].keys.len()).collect();
         let priors = if self.options.prior {
             Some(self.priors(&counts)?)
         } else {
             None
         };
         let mut combined: Vec<Combined> = (0..questions).map(|_| Combined::default()).collect();
-        for (pass, logits) in passes.iter().zip(&scored) {
+        for (&index, logits) in which.iter().zip(scored) {
+            let pass = &passes[index];
             let mut lp = log_probs(&logits.logits)?;
             let prior = priors.as_ref().and_then(|p| p.get(&pass.keys.len()));
             if let Some(prior) = prior {
@@ -383,6 +644,30 @@ impl<B: Backend> DecoderEngine<B> {
             slot.scores.iter_mut().for_each(|s| *s /= n);
         }
         Ok(combined)
+    }
+}
+
+/// A question's stem tokens and, per rotation, the branch after it.
+struct StemSplit {
+    stem: Vec<u32>,
+    rests: Vec<Vec<u32>>,
+}
+
+/// Stems encoded as prefix extensions during one scoring, and the tokens that took.
+struct Stems<P> {
+    encoded: HashMap<usize, P>,
+    tokens: usize,
+    /// The backend said it cannot extend a prefix; stems go inside whole branches.
+    unsupported: bool,
+}
+
+impl<P> Default for Stems<P> {
+    fn default() -> Self {
+        Self {
+            encoded: HashMap::new(),
+            tokens: 0,
+            unsupported: false,
+        }
     }
 }
 
@@ -443,6 +728,8 @@ struct Plan {
     /// For each wide Choice: its question index, its options, and the pass index range of
     /// its stage-one passes (question ids there are offset past the real questions).
     wide: Vec<(usize, Vec<ShownOption>, usize)>,
+    /// Question stems encoded once as extensions of the prefix.
+    stems: Vec<Vec<u32>>,
 }
 
 impl<B: Backend> Engine for DecoderEngine<B> {
@@ -504,6 +791,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         let mut plan = Plan {
             passes: Vec::new(),
             wide: Vec::new(),
+            stems: Vec::new(),
         };
         let mut stage_two_bounds: Vec<(usize, usize)> = Vec::new();
         for (index, question) in questions.iter().enumerate() {
@@ -520,6 +808,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                                 question: questions.len() + first + offset,
                                 keys: rendered.keys.clone(),
                                 tokens: self.encode_branch(&rendered, &split.tail)?,
+                                stem: None,
                             });
                         }
                     }
@@ -538,28 +827,59 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                     plan.wide.push((index, shown, first));
                 }
                 kind => {
-                    for rendered in self.rotations(kind) {
-                        plan.passes.push(Pass {
-                            question: index,
-                            keys: rendered.keys.clone(),
-                            tokens: self.encode_branch(&rendered, &split.tail)?,
-                        });
+                    let rotations = self.rotations(kind);
+                    match self.split_stem(&rotations, &split.tail)? {
+                        Some(StemSplit { stem, rests }) => {
+                            let at = plan.stems.len();
+                            plan.stems.push(stem);
+                            for (rendered, tokens) in rotations.iter().zip(rests) {
+                                plan.passes.push(Pass {
+                                    question: index,
+                                    keys: rendered.keys.clone(),
+                                    tokens,
+                                    stem: Some(at),
+                                });
+                            }
+                        }
+                        None => {
+                            for rendered in &rotations {
+                                plan.passes.push(Pass {
+                                    question: index,
+                                    keys: rendered.keys.clone(),
+                                    tokens: self.encode_branch(rendered, &split.tail)?,
+                                    stem: None,
+                                });
+                            }
+                        }
                     }
                 }
             }
         }
         let mut total = prefix_tokens.len();
+        let stem_len = |pass: &Pass| pass.stem.map_or(0, |s| plan.stems[s].len());
         for pass in &plan.passes {
             let question = question_of(questions, pass.question, &plan);
-            check_branch(question, prefix_tokens.len() + pass.tokens.len(), limit)?;
+            check_branch(
+                question,
+                prefix_tokens.len() + stem_len(pass) + pass.tokens.len(),
+                limit,
+            )?;
         }
         for (index, question) in questions.iter().enumerate() {
+            let own = |p: &&Pass| question_of(questions, p.question, &plan).id() == question.id();
             total += plan
                 .passes
                 .iter()
-                .filter(|p| question_of(questions, p.question, &plan).id() == question.id())
+                .filter(own)
                 .map(|p| p.tokens.len())
                 .sum::<usize>();
+            // A question's stem is encoded once, whatever its rotations.
+            total += plan
+                .passes
+                .iter()
+                .filter(own)
+                .find_map(|p| p.stem)
+                .map_or(0, |s| plan.stems[s].len());
             total += stage_two_bounds
                 .iter()
                 .filter(|(i, _)| *i == index)
@@ -585,10 +905,10 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         )?;
         // Usage counts the prefix whether or not it came from the cache, so a response does
         // not depend on what other requests ran before it.
-        let mut used =
-            prefix_tokens.len() + plan.passes.iter().map(|p| p.tokens.len()).sum::<usize>();
         let slots = questions.len() + plan.passes.len();
-        let mut combined = self.score(&prefix, &plan.passes, slots)?;
+        let (mut combined, branch_tokens) =
+            self.score(&prefix, &plan.passes, &plan.stems, slots)?;
+        let mut used = prefix_tokens.len() + branch_tokens;
 
         // Stage two: the strongest options of each wide Choice as one Choice.
         let mut stage_one_trace: HashMap<usize, Vec<StageOneScore>> = HashMap::new();
@@ -644,12 +964,13 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                         question: *index,
                         keys: rendered.keys.clone(),
                         tokens,
+                        stem: None,
                     });
                 }
                 finalists.insert(*index, kept);
             }
-            used += passes.iter().map(|p| p.tokens.len()).sum::<usize>();
-            let mut second = self.score(&prefix, &passes, questions.len())?;
+            let (mut second, branch_tokens) = self.score(&prefix, &passes, &[], questions.len())?;
+            used += branch_tokens;
             for (index, shown, _) in &plan.wide {
                 let mut result = std::mem::take(&mut second[*index]);
                 // Options that did not reach the final pass get probability zero.

@@ -31,6 +31,9 @@ pub struct RenderedQuestion {
     pub text: String,
     /// Option keys in the order their codes were assigned: code `i` means `keys[i]`.
     pub keys: Vec<String>,
+    /// Bytes of `text` before the first option's code: the *stem* (the instructions and any
+    /// preamble, ending with a newline), the same in every rotation of the question.
+    pub stem_len: usize,
 }
 
 /// Lay out `options` (in canonical order) as a question rotated by `shift` positions, or
@@ -57,6 +60,7 @@ pub fn render(
         text.push('\n');
         text.push_str(preamble);
     }
+    let stem_len = text.len() + 1;
     for (code, &index) in codes.iter().zip(&order) {
         text.push('\n');
         text.push_str(code);
@@ -67,6 +71,7 @@ pub fn render(
     RenderedQuestion {
         text,
         keys: order.iter().map(|&i| options[i].key.clone()).collect(),
+        stem_len,
     }
 }
 

@@ -470,3 +470,81 @@ fn a_state_seen_before_is_not_encoded_again_and_answers_do_not_change() {
     let off = uncached.prefix_cache_stats().unwrap();
     assert_eq!((off.hits, off.misses, off.entries), (0, 4, 0));
 }
+
+fn adaptive_engine(margin: f64, min_rotations: usize) -> DecoderEngine<Scripted> {
+    let options = EngineOptions {
+        rotations: 4,
+        adaptive: Some(ruling_backend::AdaptiveRotations {
+            margin,
+            min_rotations,
+        }),
+        ..EngineOptions::default()
+    };
+    DecoderEngine::new(
+        Scripted::new(vec![0.4, -0.2, 0.1, 0.3], true),
+        options,
+        None,
+    )
+    .unwrap()
+}
+
+fn traced(mut body: serde_json::Value) -> ValidRequest {
+    body["trace"] = json!(true);
+    request(body)
+}
+
+fn mixed_body() -> serde_json::Value {
+    json!({
+        "model": "m",
+        "state": {"ticket": 7, "text": "charged twice"},
+        "questions": {
+            "billing": {"type": "noul", "instructions": "Is this about billing?", "criteria": {"true": "payments", "false": null}},
+            "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "tech": null, "sales": "deals", "other": null}},
+            "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high", "critical"]}
+        }
+    })
+}
+
+#[test]
+fn adaptive_rotations_that_never_stop_change_nothing() {
+    let full = engine(Scripted::new(vec![0.4, -0.2, 0.1, 0.3], true), 4, false);
+    let never = adaptive_engine(f64::INFINITY, 2);
+    let request = traced(mixed_body());
+    assert_eq!(
+        full.evaluate(&request).unwrap(),
+        never.evaluate(&request).unwrap()
+    );
+}
+
+#[test]
+fn a_decided_question_skips_its_remaining_rotations() {
+    let full = engine(Scripted::new(vec![0.4, -0.2, 0.1, 0.3], true), 4, false);
+    let eager = adaptive_engine(0.0, 1);
+    let request = traced(mixed_body());
+    let all = full.evaluate(&request).unwrap();
+    let early = eager.evaluate(&request).unwrap();
+    early.check_against(&request).unwrap();
+    let all_trace = all.evaluation_trace.as_ref().unwrap();
+    let early_trace = early.evaluation_trace.as_ref().unwrap();
+    assert_eq!(all_trace.questions["team"].rotations.len(), 4);
+    // With no margin asked for, one rotation settles every question.
+    for id in ["billing", "team", "urgency"] {
+        assert_eq!(early_trace.questions[id].rotations.len(), 1, "{id}");
+    }
+    assert!(early.usage.input_tokens < all.usage.input_tokens);
+}
+
+#[test]
+fn adaptive_stopping_depends_only_on_the_question() {
+    let engine = adaptive_engine(0.5, 2);
+    let together = engine.evaluate(&traced(mixed_body())).unwrap();
+    let mut body = mixed_body();
+    let team = body["questions"]["team"].clone();
+    body["questions"] = json!({ "team": team });
+    let alone = engine.evaluate(&traced(body)).unwrap();
+    assert_eq!(together.answers["team"], alone.answers["team"]);
+    assert_eq!(
+        together.evaluation_trace.unwrap().questions["team"],
+        alone.evaluation_trace.unwrap().questions["team"]
+    );
+}

@@ -50,6 +50,9 @@ struct Args {
     /// Tokens written per prompt in the generation runs.
     #[arg(long, default_value_t = 64)]
     write_tokens: usize,
+    /// The adaptive-rotation margin of the adaptive request, in nats.
+    #[arg(long, default_value_t = 1.0)]
+    adaptive_margin: f64,
     /// Threads each backend computes with.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -79,6 +82,12 @@ struct Run {
 struct RequestRow {
     questions: usize,
     every_rotation: bool,
+    /// Rotations stopped early by the engine's adaptive rule (never on plain llama.cpp).
+    #[serde(default)]
+    adaptive: bool,
+    /// Question stems encoded once over the state (the engine's default).
+    #[serde(default)]
+    stems: bool,
     branches: usize,
     branch_tokens: usize,
     seconds: f64,
@@ -229,6 +238,7 @@ fn main() -> anyhow::Result<()> {
                 .args(["--state-tokens", &args.state_tokens.to_string()])
                 .args(["--write-tokens", &args.write_tokens.to_string()])
                 .args(["--threads", &args.threads.to_string()])
+                .args(["--adaptive-margin", &args.adaptive_margin.to_string()])
                 .arg("--single")
                 .arg(&json)
                 .status()?;
@@ -285,7 +295,28 @@ fn state_text(
 }
 
 /// The four request shapes: 1 and 16 questions, one rotation and every rotation.
-const SHAPES: [(usize, bool); 4] = [(1, false), (1, true), (16, false), (16, true)];
+/// The request shapes: (questions, every rotation, adaptive stopping, shared stems). Stems
+/// only apply with two or more rotations; each feature is measured on and off so its share
+/// shows.
+const SHAPES: [(usize, bool, bool, bool); 7] = [
+    (1, false, false, true),
+    (1, true, false, false),
+    (1, true, false, true),
+    (16, false, false, true),
+    (16, true, false, false),
+    (16, true, false, true),
+    (16, true, true, true),
+];
+
+fn shape_name(every: bool, adaptive: bool, stems: bool) -> &'static str {
+    match (every, adaptive, stems) {
+        (false, _, _) => "1",
+        (true, false, false) => "every, whole branches",
+        (true, false, true) => "every, shared stems",
+        (true, true, false) => "every, adaptive",
+        (true, true, true) => "every, shared stems + adaptive",
+    }
+}
 
 /// Every rotation: each choice shown in all its cyclic orders, nouls and scores both ways.
 const EVERY_ROTATION: u32 = 6;
@@ -344,7 +375,9 @@ fn measure<B: Backend + Generator + 'static>(
 ) -> anyhow::Result<(Run, Vec<(RequestRow, Work)>)> {
     let state = state_text(backend.as_ref(), tokenizer, args.state_tokens)?;
     let log = Arc::new(Mutex::new(Work::default()));
-    let engine = |rotations: u32| {
+    let engine = |rotations: u32,
+                  adaptive: Option<ruling_backend::AdaptiveRotations>,
+                  shared_stems: bool| {
         DecoderEngine::new(
             Recorder {
                 inner: Arc::clone(&backend),
@@ -354,13 +387,24 @@ fn measure<B: Backend + Generator + 'static>(
                 rotations,
                 prefix_cache_bytes: 0,
                 max_request_tokens: 1 << 20,
+                adaptive,
+                shared_stems,
                 ..EngineOptions::default()
             },
             None,
         )
     };
-    let one = engine(1)?;
-    let every = engine(EVERY_ROTATION)?;
+    let one = engine(1, None, true)?;
+    let whole = engine(EVERY_ROTATION, None, false)?;
+    let every = engine(EVERY_ROTATION, None, true)?;
+    let adaptive = engine(
+        EVERY_ROTATION,
+        Some(
+            ruling_backend::AdaptiveRotations::after_two(args.adaptive_margin)
+                .map_err(anyhow::Error::msg)?,
+        ),
+        true,
+    )?;
 
     // Prefill: the request's prefix alone (recorded from a one-question request).
     let body = request(&state, 1)?;
@@ -377,8 +421,13 @@ fn measure<B: Backend + Generator + 'static>(
 
     let mut requests = Vec::new();
     let mut work = Vec::new();
-    for (questions, every_rotation) in SHAPES {
-        let engine = if every_rotation { &every } else { &one };
+    for (questions, every_rotation, stops, stems) in SHAPES {
+        let engine = match (every_rotation, stops, stems) {
+            (false, _, _) => &one,
+            (true, true, _) => &adaptive,
+            (true, false, false) => &whole,
+            (true, false, true) => &every,
+        };
         let body = request(&state, questions)?;
         let valid = ruling_schema::parse_request(&body, &engine.info().capabilities)?;
         let mut times = Vec::new();
@@ -396,17 +445,15 @@ fn measure<B: Backend + Generator + 'static>(
         let row = RequestRow {
             questions,
             every_rotation,
+            adaptive: stops,
+            stems,
             branches: recorded.branches.len(),
             branch_tokens: recorded.branches.iter().map(Vec::len).sum(),
             seconds: median(&mut times),
         };
         eprintln!(
-            "bench: {model} {name}: {questions} questions{}: {:.2} s ({} branches, {} tokens)",
-            if every_rotation {
-                ", every rotation"
-            } else {
-                ""
-            },
+            "bench: {model} {name}: {questions} questions, rotations {}: {:.2} s ({} branches, {} tokens)",
+            shape_name(every_rotation, stops, stems),
             row.seconds,
             row.branches,
             row.branch_tokens
@@ -530,7 +577,11 @@ fn plain(path: &Path, work: &[(RequestRow, Work)], args: &Args) -> anyhow::Resul
 
     let mut requests = Vec::new();
     let mut batch = LlamaBatch::new(2048, 1);
-    for (row, recorded) in work {
+    // Whole branches only: plain llama.cpp knows no stems and no stopping.
+    for (row, recorded) in work
+        .iter()
+        .filter(|(row, _)| !(row.adaptive || row.every_rotation && row.stems))
+    {
         let mut times = Vec::new();
         while times.len() < 3 && times.iter().sum::<f64>() < 20.0 {
             let started = Instant::now();
@@ -729,17 +780,27 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
         let llama = runs
             .iter()
             .find(|r| r.model == *model && r.backend == "llama");
-        for (i, (questions, every)) in SHAPES.iter().enumerate() {
+        for (i, (questions, every, stops, stems)) in SHAPES.iter().enumerate() {
             let pick = |r: Option<&Run>| r.and_then(|r| r.requests.get(i)).map(|q| q.seconds);
+            // Plain llama.cpp always reads every rotation asked for.
             let plain_s = llama
                 .and_then(|r| r.plain.as_ref())
-                .and_then(|p| p.requests.get(i))
+                .and_then(|p| {
+                    p.requests
+                        .iter()
+                        .find(|q| q.questions == *questions && q.every_rotation == *every)
+                })
                 .map(|q| q.seconds);
             let shape = llama.or(candle).and_then(|r| r.requests.get(i));
             let one = llama.and_then(|r| {
                 r.requests
                     .iter()
-                    .find(|q| q.questions == 1 && q.every_rotation == *every)
+                    .find(|q| {
+                        q.questions == 1
+                            && q.every_rotation == *every
+                            && !q.adaptive
+                            && q.stems == *stems
+                    })
                     .map(|q| q.seconds)
             });
             let cell = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.2}"));
@@ -754,7 +815,7 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
             writeln!(
                 md,
                 "| {model} | {questions} | {} | {} | {} | {} | {} | {} | {ratio} | {cost} |",
-                if *every { "every" } else { "1" },
+                shape_name(*every, *stops, *stems),
                 shape.map_or(0, |s| s.branches),
                 shape.map_or(0, |s| s.branch_tokens),
                 cell(pick(candle)),

@@ -136,6 +136,28 @@ impl Backend for CandleBackend {
         Ok(cache)
     }
 
+    fn extend_prefix(
+        &self,
+        prefix: &KvCache,
+        tokens: &[u32],
+    ) -> Result<Option<KvCache>, BackendError> {
+        let needed = prefix.len() + tokens.len();
+        if needed > self.info.context_length {
+            return Err(BackendError::ContextExceeded {
+                branch: 0,
+                needed,
+                limit: self.info.context_length,
+            });
+        }
+        // The clone shares the prefix's tensors; appending builds new ones, so `prefix` is
+        // untouched.
+        let mut cache = prefix.clone();
+        self.decoder
+            .prefill(&mut cache, tokens)
+            .map_err(forward_error)?;
+        Ok(Some(cache))
+    }
+
     fn prefix_len(&self, prefix: &KvCache) -> usize {
         prefix.len()
     }

@@ -38,10 +38,10 @@
 
 use std::path::{Path, PathBuf};
 
+pub use ruling_backend::{AdaptiveRotations, ChatMessage, Finish, Role, Sampling};
 use ruling_backend::{
     BackendError, DecoderEngine, Engine, EngineError, EngineInfo, EngineOptions, Generator,
 };
-pub use ruling_backend::{ChatMessage, Finish, Role, Sampling};
 use ruling_calibration::{Calibration, CalibrationError};
 use ruling_candle::{CandleBackend, LoadError, LoadOptions, WeightDtype};
 use ruling_encoder::{EncoderEngine, EncoderError, EncoderOptions};
@@ -124,6 +124,12 @@ pub struct Options {
     /// Bytes of encoded states kept across requests, so follow-up questions about the same
     /// state skip its prefill (0 turns the cache off; answers are the same either way).
     pub prefix_cache_bytes: usize,
+    /// Skip a question's remaining rotations once it is decided (decoders only; off by
+    /// default). See [`AdaptiveRotations`].
+    pub adaptive: Option<AdaptiveRotations>,
+    /// Encode each question's stem once over the state and branch only its options (on by
+    /// default; see `ruling_backend::EngineOptions::shared_stems`).
+    pub shared_stems: bool,
 }
 
 impl Default for Options {
@@ -140,6 +146,8 @@ impl Default for Options {
             max_context: None,
             max_request_tokens: EngineOptions::default().max_request_tokens,
             prefix_cache_bytes: EngineOptions::default().prefix_cache_bytes,
+            adaptive: None,
+            shared_stems: true,
         }
     }
 }
@@ -243,6 +251,8 @@ impl Ruling {
             max_request_tokens: options.max_request_tokens,
             served_name: options.served_name.clone(),
             prefix_cache_bytes: options.prefix_cache_bytes,
+            adaptive: options.adaptive,
+            shared_stems: options.shared_stems,
             ..EngineOptions::default()
         };
         let engine = DecoderEngine::new(backend, engine_options, calibration)?;
@@ -265,6 +275,12 @@ impl Ruling {
             return Err(CoreError::NotForEncoder {
                 model,
                 setting: "--prior",
+            });
+        }
+        if options.adaptive.is_some() {
+            return Err(CoreError::NotForEncoder {
+                model,
+                setting: "--adaptive-margin",
             });
         }
         let calibration = options

@@ -262,3 +262,72 @@ fn alone_together_and_reordered(ruling: &Ruling, backend: &str) {
         together.answers.len()
     );
 }
+
+/// A question's stem encoded once over the state (the default) against whole branches: the
+/// same computation split at another place, so the log-probabilities agree up to the kernels'
+/// rounding, and fewer tokens go through the model.
+fn stems_against_whole_branches(backend: ruling_core::DecoderBackend, tolerance: f64) {
+    let load = |shared_stems: bool| {
+        let options = Options {
+            backend,
+            rotations: 4,
+            shared_stems,
+            cache_dir: Some(workspace().join("target/ruling-cache")),
+            ..Options::default()
+        };
+        Ruling::load("smollm2-135m", &options).expect("smollm2-135m loads")
+    };
+    let body = json!({
+        "model": "smollm2-135m",
+        "state": "Order #4471: the blender arrived with a cracked jug. The customer wants a replacement.",
+        "questions": {
+            "complaint": {"type": "noul", "instructions": "Is the customer complaining about a product?"},
+            "want": {"type": "choice", "instructions": "What does the customer want?",
+                     "criteria": {"refund": "money back", "replacement": "a new item", "repair": "fix the item", "nothing": null}},
+            "urgency": {"type": "score", "instructions": "How urgent is it?", "criteria": ["can wait", "this week", "today"]}
+        },
+        "trace": true
+    });
+    let stems = evaluate(&load(true), &request(body.clone()));
+    let whole = evaluate(&load(false), &request(body));
+    assert!(
+        stems.usage.input_tokens < whole.usage.input_tokens,
+        "stems {} tokens, whole branches {}",
+        stems.usage.input_tokens,
+        whole.usage.input_tokens
+    );
+    let (a, b) = (
+        stems.evaluation_trace.expect("traced"),
+        whole.evaluation_trace.expect("traced"),
+    );
+    let mut largest: f64 = 0.0;
+    for (id, question) in &a.questions {
+        let other = &b.questions[id];
+        assert_eq!(question.rotations.len(), other.rotations.len());
+        for (x, y) in question.rotations.iter().zip(&other.rotations) {
+            assert_eq!(x.order, y.order);
+            for (p, q) in x.log_probabilities.iter().zip(&y.log_probabilities) {
+                largest = largest.max((p - q).abs());
+            }
+        }
+    }
+    eprintln!(
+        "smollm2-135m on {backend}: stems {} tokens vs whole branches {}; largest log-probability difference {largest:e}",
+        stems.usage.input_tokens, whole.usage.input_tokens
+    );
+    assert!(
+        largest <= tolerance,
+        "largest difference {largest} over {tolerance}"
+    );
+}
+
+#[test]
+fn a_shared_stem_reads_what_whole_branches_read() {
+    stems_against_whole_branches(ruling_core::DecoderBackend::Candle, 0.05);
+}
+
+#[cfg(feature = "llama-cpp")]
+#[test]
+fn a_shared_stem_reads_what_whole_branches_read_on_llama() {
+    stems_against_whole_branches(ruling_core::DecoderBackend::Llama, 0.1);
+}

@@ -62,6 +62,9 @@ pub struct Derived {
     pub second: Option<(Dist, Option<Dist>)>,
     /// Whether the engine asked this question as a two-stage choice.
     pub two_stage: bool,
+    /// Each order's log-probabilities (prior subtracted) by canonical key, in the order the
+    /// engine read them; `None` for a key the order did not show.
+    pub by_order: Vec<Vec<Option<f64>>>,
 }
 
 impl Derived {
@@ -117,7 +120,18 @@ pub fn derive(keys: &[String], trace: &QuestionTrace) -> anyhow::Result<Derived>
         .map(|(&sum, &seen)| if seen { sum / n } else { f64::NEG_INFINITY })
         .collect();
     let rotated = scaled(keys, &rotated_scores, 1.0)?;
+    let by_order = orders
+        .iter()
+        .map(|order| {
+            let mut row = vec![None; keys.len()];
+            for (&position, &value) in order.positions.iter().zip(order.log_probabilities) {
+                row[position] = Some(value);
+            }
+            row
+        })
+        .collect();
     Ok(Derived {
+        by_order,
         raw,
         prior,
         rotated,

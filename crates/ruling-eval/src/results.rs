@@ -51,6 +51,10 @@ pub struct RunManifest {
     pub calibration: Option<RunCalibration>,
     /// Datasets evaluated into this directory, in the order first asked for.
     pub datasets: Vec<String>,
+    /// The adaptive-rotation margin the engine stopped rotations at, if any (then a question
+    /// may average fewer orders than `--rotations` asks for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive_margin: Option<f64>,
 }
 
 /// The calibration a run's engine applied.
@@ -149,6 +153,11 @@ pub struct QuestionResult {
     pub calibrated: Option<Dist>,
     /// The same question with its options reversed, mapped back to canonical keys.
     pub reversed: Option<Reversed>,
+    /// With two or more orders: each order's log-probabilities (prior subtracted) by canonical
+    /// key, in the order read (`null` for a key an order did not show), so how rotations
+    /// combine can be replayed offline (docs/debiasing.md's adaptive-rotation measurements).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orders: Vec<Vec<Option<f64>>>,
 }
 
 /// A question's distributions with the options shown in reverse order.

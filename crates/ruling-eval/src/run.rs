@@ -83,6 +83,11 @@ pub struct RunArgs {
     /// traces).
     #[arg(long, env = "RULING_PRIOR")]
     prior: bool,
+    /// Adaptive rotations: stop a question's rotations (after at least two) once every order
+    /// read so far picked the same option and its mean log-probability leads by this many
+    /// nats. With --url, the server's setting.
+    #[arg(long, env = "RULING_ADAPTIVE_MARGIN", value_parser = parse_margin)]
+    adaptive_margin: Option<f64>,
     /// A calibration file for this model and these settings; the engine applies it. With
     /// --url, the one the server was started with (checked against its traces).
     #[arg(long, env = "RULING_CALIBRATION")]
@@ -167,6 +172,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         reversal: !args.no_reversal,
         calibration,
         datasets: Vec::new(),
+        adaptive_margin: args.adaptive_margin,
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -246,6 +252,7 @@ fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'stat
         calibration: args.calibration.clone(),
         dtype: args.dtype,
         cache_dir: args.cache.clone(),
+        adaptive: args.adaptive_margin.map(adaptive),
         ..Options::default()
     };
     let ruling = Ruling::load(spec, &options).with_context(|| format!("loading model {spec}"))?;
@@ -499,6 +506,11 @@ fn evaluate_record(job: &Job<'_>, record: &Record) -> anyhow::Result<ResultLine>
                 rotated: derived.rotated,
                 calibrated,
                 reversed,
+                orders: if derived.rotations >= 2 {
+                    derived.by_order.clone()
+                } else {
+                    Vec::new()
+                },
             },
         );
     }
@@ -552,6 +564,14 @@ fn answer_dist(keys: &[String], answer: &Answer) -> Dist {
 
 /// The trace must show the settings the run says the engine has: it is the only way to know
 /// them for a server.
+/// Adaptive rotations at `margin` nats, after at least two orders (checked by clap).
+fn adaptive(margin: f64) -> ruling_core::AdaptiveRotations {
+    ruling_core::AdaptiveRotations {
+        margin,
+        min_rotations: 2,
+    }
+}
+
 fn check_settings(
     manifest: &RunManifest,
     kind: AnswerType,
@@ -571,8 +591,9 @@ fn check_settings(
         // its finalists only).
         AnswerType::Choice => (settings.rotations as usize).min(derived.shown),
     };
+    let adaptive = manifest.adaptive_margin.is_some();
     ensure!(
-        derived.rotations == expected,
+        derived.rotations == expected || (adaptive && (1..expected).contains(&derived.rotations)),
         "question {question_id:?}: the engine averaged {} orders, but --rotations {} means \
          {expected}; the engine runs with other settings than this run says",
         derived.rotations,
@@ -693,6 +714,14 @@ fn reversed_dists(
         prior: derived.prior.as_ref().map(back),
         rotated: back(&derived.rotated),
     })
+}
+
+/// `--adaptive-margin`: a finite number of nats, 0 or more.
+fn parse_margin(given: &str) -> Result<f64, String> {
+    let margin: f64 = given
+        .parse()
+        .map_err(|_| format!("{given:?} is not a number of nats"))?;
+    ruling_core::AdaptiveRotations::after_two(margin).map(|_| margin)
 }
 
 #[cfg(test)]

@@ -585,6 +585,7 @@ mod tests {
                 prior: None,
                 rotated: d,
             }),
+            orders: Vec::new(),
         }
     }
 

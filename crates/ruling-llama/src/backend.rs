@@ -249,6 +249,37 @@ impl Backend for LlamaCppBackend {
         Ok(LlamaPrefix(Arc::new(saved)))
     }
 
+    fn extend_prefix(
+        &self,
+        prefix: &LlamaPrefix,
+        tokens: &[u32],
+    ) -> Result<Option<LlamaPrefix>, BackendError> {
+        let needed = prefix.0.len + tokens.len();
+        if needed > self.info.context_length {
+            return Err(BackendError::ContextExceeded {
+                branch: 0,
+                needed,
+                limit: self.info.context_length,
+            });
+        }
+        if let Some(id) = tokens.iter().find(|&&id| id as usize >= self.vocab) {
+            return Err(BackendError::InvalidBranch {
+                branch: 0,
+                reason: format!(
+                    "prefix token id {id} is outside the vocabulary of {}",
+                    self.vocab
+                ),
+            });
+        }
+        let id = self.next_prefix.fetch_add(1, Ordering::Relaxed);
+        let base = Arc::clone(&prefix.0);
+        let tokens = tokens.to_vec();
+        let saved = self
+            .pool
+            .run(move |worker| worker.extend(&base, id, &tokens))??;
+        Ok(Some(LlamaPrefix(Arc::new(saved))))
+    }
+
     fn prefix_len(&self, prefix: &LlamaPrefix) -> usize {
         prefix.0.len
     }

@@ -232,6 +232,41 @@ impl<'m> Worker<'m> {
         })
     }
 
+    /// Append `tokens` to `base` in sequence 0 and save the result as a new prefix.
+    pub fn extend(
+        &mut self,
+        base: &SavedPrefix,
+        id: u64,
+        tokens: &[u32],
+    ) -> Result<SavedPrefix, BackendError> {
+        self.restore(base)?;
+        // Sequence 0 is about to hold more than `base`.
+        self.holds = None;
+        for (chunk_index, chunk) in tokens.chunks(self.shape.n_batch as usize).enumerate() {
+            self.batch.clear();
+            let start = base.len + chunk_index * self.shape.n_batch as usize;
+            for (offset, &token) in chunk.iter().enumerate() {
+                self.batch
+                    .add(token_of(token), position(start + offset), &[0], false)
+                    .map_err(|err| forward("batch", err))?;
+            }
+            if let Err(err) = self.context.decode(&mut self.batch) {
+                self.forget();
+                return Err(forward("extending the prefix", err));
+            }
+        }
+        let state = self
+            .context
+            .state_seq_get(0, LlamaStateSeqFlags::empty())
+            .map_err(|err| forward("saving the prefix", err))?;
+        self.holds = Some(id);
+        Ok(SavedPrefix {
+            id,
+            len: base.len + tokens.len(),
+            state,
+        })
+    }
+
     /// Score every branch over `prefix`: decoded in groups that fit one batch, the sequence
     /// cap and the cache, each branch in a sequence that shares the prefix's cells, logits
     /// asked for only at each branch's last token.

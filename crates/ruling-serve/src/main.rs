@@ -75,6 +75,11 @@ struct ServeArgs {
     /// Subtract the content-free prior of each option count.
     #[arg(long, env = "RULING_PRIOR")]
     prior: bool,
+    /// Adaptive rotations: stop a question's rotations (after at least two) once every order
+    /// read so far picked the same option and its mean log-probability leads by this many
+    /// nats (off by default; docs/debiasing.md has the measurements).
+    #[arg(long, env = "RULING_ADAPTIVE_MARGIN", value_parser = parse_margin)]
+    adaptive_margin: Option<f64>,
     /// A calibration file fitted for this model and these settings.
     #[arg(long, env = "RULING_CALIBRATION")]
     calibration: Option<PathBuf>,
@@ -178,6 +183,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         backend: args.backend,
         workers: config.workers,
         rotations: args.rotations,
+        adaptive: args
+            .adaptive_margin
+            .map(ruling_core::AdaptiveRotations::after_two)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
         prior: args.prior,
         calibration: args.calibration,
         cache_dir: args.cache_dir,
@@ -232,4 +242,12 @@ fn pull(args: PullArgs) -> anyhow::Result<()> {
         println!("{}", model.path().display());
     }
     Ok(())
+}
+
+/// `--adaptive-margin`: a finite number of nats, 0 or more.
+fn parse_margin(given: &str) -> Result<f64, String> {
+    let margin: f64 = given
+        .parse()
+        .map_err(|_| format!("{given:?} is not a number of nats"))?;
+    ruling_core::AdaptiveRotations::after_two(margin).map(|_| margin)
 }
