@@ -173,15 +173,7 @@ fn probabilities(response: &SystemOneResponse, id: &str) -> Vec<(String, f64)> {
 }
 
 fn mixed_request() -> ValidRequest {
-    request(json!({
-        "model": "m",
-        "state": {"ticket": 7, "text": "charged twice"},
-        "questions": {
-            "billing": {"type": "noul", "instructions": "Is this about billing?", "criteria": {"true": "payments", "false": null}},
-            "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "tech": null, "sales": "deals", "other": null}},
-            "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high", "critical"]}
-        }
-    }))
+    request(mixed_body())
 }
 
 #[test]

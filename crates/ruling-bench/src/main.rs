@@ -751,6 +751,10 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
         m.dedup();
         m
     };
+    let run_of = |model: &str, backend: &str| {
+        runs.iter()
+            .find(|r| r.model == model && r.backend == backend)
+    };
     writeln!(md, "## Prefill, memory\n")?;
     writeln!(
         md,
@@ -758,15 +762,8 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
     )?;
     writeln!(md, "|---|---|---|---|---|---|---|")?;
     for model in &models {
-        let candle = runs
-            .iter()
-            .find(|r| r.model == *model && r.backend == "candle");
-        let llama = runs
-            .iter()
-            .find(|r| r.model == *model && r.backend == "llama");
+        let (candle, llama) = (run_of(model, "candle"), run_of(model, "llama"));
         let tokens = candle.or(llama).map_or(0, |r| r.prefill_tokens);
-        let cell =
-            |v: Option<f64>, digits: usize| v.map_or("—".to_owned(), |v| format!("{v:.digits$}"));
         writeln!(
             md,
             "| {model} | {tokens} | {} | {} | {} | {} | {} |",
@@ -792,12 +789,7 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
     )?;
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
     for model in &models {
-        let candle = runs
-            .iter()
-            .find(|r| r.model == *model && r.backend == "candle");
-        let llama = runs
-            .iter()
-            .find(|r| r.model == *model && r.backend == "llama");
+        let (candle, llama) = (run_of(model, "candle"), run_of(model, "llama"));
         for (i, (questions, every, stops, stems)) in SHAPES.iter().enumerate() {
             let pick = |r: Option<&Run>| r.and_then(|r| r.requests.get(i)).map(|q| q.seconds);
             // Plain llama.cpp always reads every rotation asked for.
@@ -821,7 +813,6 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
                     })
                     .map(|q| q.seconds)
             });
-            let cell = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.2}"));
             let ratio = match (plain_s, pick(llama)) {
                 (Some(p), Some(l)) => format!("{:.2}x", p / l),
                 _ => "—".into(),
@@ -836,9 +827,9 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
                 shape_name(*every, *stops, *stems),
                 shape.map_or(0, |s| s.branches),
                 shape.map_or(0, |s| s.branch_tokens),
-                cell(pick(candle)),
-                cell(pick(llama)),
-                cell(plain_s),
+                cell(pick(candle), 2),
+                cell(pick(llama), 2),
+                cell(plain_s, 2),
             )?;
         }
     }
@@ -849,12 +840,7 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
     )?;
     writeln!(md, "|---|---|---|---|---|---|")?;
     for model in &models {
-        let candle = runs
-            .iter()
-            .find(|r| r.model == *model && r.backend == "candle");
-        let llama = runs
-            .iter()
-            .find(|r| r.model == *model && r.backend == "llama");
+        let (candle, llama) = (run_of(model, "candle"), run_of(model, "llama"));
         for (i, prompts) in [1, 8].iter().enumerate() {
             let rate = |w: Option<&WriteRow>| w.map(|w| w.tokens as f64 / w.seconds);
             let c = rate(candle.and_then(|r| r.writing.get(i)));
@@ -864,7 +850,6 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
                     .and_then(|r| r.plain.as_ref())
                     .and_then(|p| p.writing.get(i)),
             );
-            let cell = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.1}"));
             let ratio = match (l, p) {
                 (Some(l), Some(p)) => format!("{:.2}", l / p),
                 _ => "—".into(),
@@ -872,9 +857,9 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
             writeln!(
                 md,
                 "| {model} | {prompts} | {} | {} | {} | {ratio} |",
-                cell(c),
-                cell(l),
-                cell(p)
+                cell(c, 1),
+                cell(l, 1),
+                cell(p, 1)
             )?;
         }
     }
@@ -888,6 +873,11 @@ fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
     )?;
     eprintln!("bench: wrote {}", args.out.display());
     Ok(())
+}
+
+/// A table cell: the value at `digits` decimals, or a dash when it was not measured.
+fn cell(value: Option<f64>, digits: usize) -> String {
+    value.map_or("—".to_owned(), |v| format!("{v:.digits$}"))
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {

@@ -181,6 +181,29 @@ impl LlamaCppBackend {
             .collect()
     }
 
+    /// Prefix tokens appended after `base` tokens fit the context and are inside the
+    /// vocabulary (llama.cpp would read an id beyond it out of bounds).
+    fn check_prefix(&self, base: usize, tokens: &[u32]) -> Result<(), BackendError> {
+        let needed = base + tokens.len();
+        if needed > self.info.context_length {
+            return Err(BackendError::ContextExceeded {
+                branch: 0,
+                needed,
+                limit: self.info.context_length,
+            });
+        }
+        if let Some(id) = tokens.iter().find(|&&id| id as usize >= self.vocab) {
+            return Err(BackendError::InvalidBranch {
+                branch: 0,
+                reason: format!(
+                    "prefix token id {id} is outside the vocabulary of {}",
+                    self.vocab
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The port's checks, and two of llama.cpp's own: a branch fits one decode call, and its
     /// tokens (which llama.cpp would read out of bounds) are inside the vocabulary.
     fn check_branches(
@@ -227,22 +250,7 @@ impl Backend for LlamaCppBackend {
     }
 
     fn encode_prefix(&self, tokens: &[u32]) -> Result<LlamaPrefix, BackendError> {
-        if tokens.len() > self.info.context_length {
-            return Err(BackendError::ContextExceeded {
-                branch: 0,
-                needed: tokens.len(),
-                limit: self.info.context_length,
-            });
-        }
-        if let Some(id) = tokens.iter().find(|&&id| id as usize >= self.vocab) {
-            return Err(BackendError::InvalidBranch {
-                branch: 0,
-                reason: format!(
-                    "prefix token id {id} is outside the vocabulary of {}",
-                    self.vocab
-                ),
-            });
-        }
+        self.check_prefix(0, tokens)?;
         let id = self.next_prefix.fetch_add(1, Ordering::Relaxed);
         let tokens = tokens.to_vec();
         let saved = self.pool.run(move |worker| worker.prefill(id, &tokens))??;
@@ -254,23 +262,7 @@ impl Backend for LlamaCppBackend {
         prefix: &LlamaPrefix,
         tokens: &[u32],
     ) -> Result<Option<LlamaPrefix>, BackendError> {
-        let needed = prefix.0.len + tokens.len();
-        if needed > self.info.context_length {
-            return Err(BackendError::ContextExceeded {
-                branch: 0,
-                needed,
-                limit: self.info.context_length,
-            });
-        }
-        if let Some(id) = tokens.iter().find(|&&id| id as usize >= self.vocab) {
-            return Err(BackendError::InvalidBranch {
-                branch: 0,
-                reason: format!(
-                    "prefix token id {id} is outside the vocabulary of {}",
-                    self.vocab
-                ),
-            });
-        }
+        self.check_prefix(prefix.0.len, tokens)?;
         let id = self.next_prefix.fetch_add(1, Ordering::Relaxed);
         let base = Arc::clone(&prefix.0);
         let tokens = tokens.to_vec();

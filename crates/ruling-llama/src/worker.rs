@@ -207,12 +207,37 @@ impl<'m> Worker<'m> {
     /// Run `tokens` into sequence 0 of an empty cache and save that sequence.
     pub fn prefill(&mut self, id: u64, tokens: &[u32]) -> Result<SavedPrefix, BackendError> {
         self.forget();
-        for (chunk_index, chunk) in tokens.chunks(self.shape.n_batch as usize).enumerate() {
+        self.append_and_save(id, 0, tokens)
+    }
+
+    /// Append `tokens` to `base` in sequence 0 and save the result as a new prefix.
+    pub fn extend(
+        &mut self,
+        base: &SavedPrefix,
+        id: u64,
+        tokens: &[u32],
+    ) -> Result<SavedPrefix, BackendError> {
+        self.restore(base)?;
+        self.append_and_save(id, base.len, tokens)
+    }
+
+    /// Decode `tokens` into sequence 0 from position `start` (in calls of at most `n_batch`)
+    /// and save the sequence as prefix `id`.
+    fn append_and_save(
+        &mut self,
+        id: u64,
+        start: usize,
+        tokens: &[u32],
+    ) -> Result<SavedPrefix, BackendError> {
+        // Sequence 0 is about to hold something new.
+        self.holds = None;
+        let n_batch = self.shape.n_batch as usize;
+        for (chunk_index, chunk) in tokens.chunks(n_batch).enumerate() {
             self.batch.clear();
-            let start = chunk_index * self.shape.n_batch as usize;
+            let at = start + chunk_index * n_batch;
             for (offset, &token) in chunk.iter().enumerate() {
                 self.batch
-                    .add(token_of(token), position(start + offset), &[0], false)
+                    .add(token_of(token), position(at + offset), &[0], false)
                     .map_err(|err| forward("batch", err))?;
             }
             if let Err(err) = self.context.decode(&mut self.batch) {
@@ -227,42 +252,7 @@ impl<'m> Worker<'m> {
         self.holds = Some(id);
         Ok(SavedPrefix {
             id,
-            len: tokens.len(),
-            state,
-        })
-    }
-
-    /// Append `tokens` to `base` in sequence 0 and save the result as a new prefix.
-    pub fn extend(
-        &mut self,
-        base: &SavedPrefix,
-        id: u64,
-        tokens: &[u32],
-    ) -> Result<SavedPrefix, BackendError> {
-        self.restore(base)?;
-        // Sequence 0 is about to hold more than `base`.
-        self.holds = None;
-        for (chunk_index, chunk) in tokens.chunks(self.shape.n_batch as usize).enumerate() {
-            self.batch.clear();
-            let start = base.len + chunk_index * self.shape.n_batch as usize;
-            for (offset, &token) in chunk.iter().enumerate() {
-                self.batch
-                    .add(token_of(token), position(start + offset), &[0], false)
-                    .map_err(|err| forward("batch", err))?;
-            }
-            if let Err(err) = self.context.decode(&mut self.batch) {
-                self.forget();
-                return Err(forward("extending the prefix", err));
-            }
-        }
-        let state = self
-            .context
-            .state_seq_get(0, LlamaStateSeqFlags::empty())
-            .map_err(|err| forward("saving the prefix", err))?;
-        self.holds = Some(id);
-        Ok(SavedPrefix {
-            id,
-            len: base.len + tokens.len(),
+            len: start + tokens.len(),
             state,
         })
     }
