@@ -201,8 +201,9 @@ fn a_question_alone_and_with_others_gets_the_same_answer() {
     alone_together_and_reordered(smollm2(), "candle");
 }
 
-/// The same on llama.cpp, whose kernels are not batch-invariant: the backend decodes each
-/// branch in a call of its own, so a question still reads only itself.
+/// The same on llama.cpp, whose kernels are batch-invariant only as this workspace builds and
+/// calls them (weights unrepacked, flash attention, calls under 64 rows; docs/llama.md): the
+/// backend batches branches and a question still reads only itself.
 #[cfg(feature = "llama-cpp")]
 #[test]
 fn a_question_alone_and_with_others_gets_the_same_answer_on_llama() {

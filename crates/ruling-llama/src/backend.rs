@@ -39,11 +39,12 @@ pub struct LoadOptions {
     pub model_id: Option<String>,
     /// The exact revision of the weights, when known.
     pub revision: Option<String>,
-    /// Branches decoded together in one llama.cpp call (default 1). llama.cpp's result for a
-    /// branch depends on what else is in its batch: measured on SmolLM2-135M, one branch's
-    /// code log-probability moved by up to 0.3 between decoding it alone, first of six and
-    /// last of six. Alone, a branch reads exactly what the same tokens read as one sequence,
-    /// whatever else the request asks; more than one trades that for fewer calls.
+    /// Most branches decoded together in one llama.cpp call (never more than 63 tokens
+    /// together; see `worker.rs`). Default: as many as fit when this build's llama.cpp keeps
+    /// weights in their file layout (`GGML_CPU_REPACK=OFF`, as the workspace builds it), where a
+    /// branch then reads bit for bit the same alone or beside others; otherwise 1, because with
+    /// repacked weights a token's result depends on its row in the call (measured on
+    /// Qwen2.5-Coder-0.5B: 0.23 on a logit, docs/llama.md).
     pub branches_per_decode: usize,
 }
 
@@ -55,7 +56,11 @@ impl Default for LoadOptions {
             context_length: None,
             model_id: None,
             revision: None,
-            branches_per_decode: 1,
+            branches_per_decode: if crate::worker::row_invariant_build() {
+                DEFAULT_SEQUENCES - 1
+            } else {
+                1
+            },
         }
     }
 }

@@ -20,16 +20,32 @@ use ruling_backend::{BackendError, BranchLogits, Decoding};
 
 use crate::error::LoadError;
 
-/// llama.cpp's `LLAMA_FLASH_ATTN_TYPE_DISABLED`. With flash attention (which llama.cpp turns
-/// on by itself for the CPU) a branch's result also depended on which cache cells it landed
-/// in: the same comparison gave 0.03 in one run and 0.16 in another. Off, it is the same
-/// every run.
-const FLASH_ATTENTION_OFF: i32 = 0;
-/// `LLAMA_FLASH_ATTN_TYPE_AUTO`: what llama.cpp picks for itself (on, for the CPU). Writing
-/// uses it: measured on SmolLM2-135M it writes 15-20% more tokens per second than with flash
-/// attention off, and a generation always starts from an empty cache, so its cells land in
-/// the same places on every call.
+/// `LLAMA_FLASH_ATTN_TYPE_AUTO`: llama.cpp's choice, which on the CPU is flash attention, for
+/// scoring and writing alike. Its CPU kernel skips masked cells and adds the rest in cell
+/// order, so a branch reads the same wherever the cache put it; without it a branch's values
+/// are summed in lanes chosen by its cell index, and moving a branch by a few cells moved a
+/// logit by up to 0.59 on SmolLM2 and 0.27 on Qwen2.5-Coder-0.5B (`batch-probe`,
+/// docs/llama.md). It is also the faster one (prefill 83 vs 75 tokens/s on Qwen 0.5B).
 const FLASH_ATTENTION_AUTO: i32 = -1;
+
+/// Query rows below which llama.cpp's CPU flash attention takes its one-row-at-a-time kernel;
+/// from 64 rows in a call it switches to a tiled kernel with other arithmetic (ggml-cpu
+/// `GGML_FA_TILE_Q`). Branches are grouped into calls below this, so each one always goes
+/// through the same kernel.
+pub(crate) const FLASH_TILE_ROWS: usize = 64;
+
+/// Whether this build's llama.cpp keeps weights in their file layout. With ggml's CPU
+/// "repack" buffers (its default) Q4_0, Q4_K and IQ4_NL matrices are multiplied four activation
+/// rows at a time and the leftover rows one by one, so a token's result depends on its row in
+/// the call and on the call's size (0.23 on Qwen 0.5B's Q4_K). The workspace builds llama.cpp
+/// with `GGML_CPU_REPACK=OFF` (`.cargo/config.toml`); elsewhere branches are decoded one per
+/// call unless asked otherwise.
+pub(crate) fn row_invariant_build() -> bool {
+    matches!(
+        option_env!("GGML_CPU_REPACK"),
+        Some("OFF" | "off" | "0" | "FALSE" | "false")
+    )
+}
 
 /// The shape of every context a backend creates.
 #[derive(Debug, Clone, Copy)]
@@ -40,7 +56,8 @@ pub(crate) struct ContextShape {
     pub n_batch: u32,
     /// Sequences: seq 0 holds the prefix, 1.. the branches of one decode.
     pub n_seq: u32,
-    /// Branches decoded together in one call (at most `n_seq - 1`).
+    /// Branches decoded together in one call (at most `n_seq - 1`, and never more than
+    /// [`FLASH_TILE_ROWS`] - 1 tokens together).
     pub branches_per_decode: usize,
     pub threads: i32,
 }
@@ -170,11 +187,8 @@ impl Drop for Pool {
 
 /// One context, its reusable batch, and which prefix its sequence 0 holds.
 pub(crate) struct Worker<'m> {
-    runtime: &'static Runtime,
-    model: &'m LlamaModel,
+    /// Scores and writes (writing empties it first).
     context: LlamaContext<'m>,
-    /// The context generation runs in (flash attention on), made on the first generation.
-    writer: Option<LlamaContext<'m>>,
     batch: LlamaBatch<'static>,
     shape: ContextShape,
     /// The id of the prefix in sequence 0, if any.
@@ -194,10 +208,7 @@ impl<'m> Worker<'m> {
         shape: ContextShape,
     ) -> Result<Self, LoadError> {
         Ok(Self {
-            runtime,
-            model,
-            context: context(runtime, model, shape, FLASH_ATTENTION_OFF)?,
-            writer: None,
+            context: context(runtime, model, shape)?,
             batch: LlamaBatch::new(shape.n_batch as usize, 1),
             shape,
             holds: None,
@@ -257,9 +268,11 @@ impl<'m> Worker<'m> {
         })
     }
 
-    /// Score every branch over `prefix`: decoded in groups that fit one batch, the sequence
-    /// cap and the cache, each branch in a sequence that shares the prefix's cells, logits
-    /// asked for only at each branch's last token.
+    /// Score every branch over `prefix`, each in a sequence that shares the prefix's cells,
+    /// logits asked for only at its last token. Branches go in groups that fit the sequence
+    /// cap and the cache and stay under [`FLASH_TILE_ROWS`] tokens; one of a single token (for
+    /// which llama.cpp splits attention over the cache by thread) or of that many or more goes
+    /// alone. Every branch is thus computed by the same kernels whatever else the call holds.
     pub fn score(
         &mut self,
         prefix: &SavedPrefix,
@@ -277,9 +290,13 @@ impl<'m> Worker<'m> {
         while start < branches.len() {
             let mut end = start;
             let mut tokens = 0;
+            let groups = |b: &OwnedBranch| (2..FLASH_TILE_ROWS).contains(&b.tokens.len());
             while end < branches.len()
                 && end - start < max_branches
-                && (end == start || tokens + branches[end].tokens.len() <= budget)
+                && (end == start
+                    || groups(&branches[start])
+                        && groups(&branches[end])
+                        && tokens + branches[end].tokens.len() < FLASH_TILE_ROWS.min(budget + 1))
             {
                 tokens += branches[end].tokens.len();
                 end += 1;
@@ -349,11 +366,6 @@ impl<'m> Worker<'m> {
         decoding: &mut Decoding,
         max_tokens: usize,
     ) -> Result<(), BackendError> {
-        if self.writer.is_none() {
-            let writer = context(self.runtime, self.model, self.shape, FLASH_ATTENTION_AUTO)
-                .map_err(|err| forward("creating the writing context", err))?;
-            self.writer = Some(writer);
-        }
         let n_ctx = self.shape.n_ctx as usize;
         let reserve = |prompt: &[u32]| (prompt.len() + max_tokens).min(n_ctx);
         let mut start = 0;
@@ -367,9 +379,9 @@ impl<'m> Worker<'m> {
                 cells += reserve(&prompts[end]);
                 end += 1;
             }
-            self.clear_writer();
+            self.forget();
             let result = self.generate_group(start, &prompts[start..end], decoding);
-            self.clear_writer();
+            self.forget();
             result?;
             start = end;
         }
@@ -446,14 +458,11 @@ impl<'m> Worker<'m> {
         if self.batch.n_tokens() == 0 {
             return Ok(());
         }
-        let Some(writer) = self.writer.as_mut() else {
-            return Err(forward("decode", "no writing context"));
-        };
-        writer
+        self.context
             .decode(&mut self.batch)
             .map_err(|err| forward("decode", err))?;
         for &(index, at) in pending {
-            let logits = writer.get_logits_ith(at as i32);
+            let logits = self.context.get_logits_ith(at as i32);
             next[index] = decoding.push(first_row + index, logits);
         }
         Ok(())
@@ -472,12 +481,6 @@ impl<'m> Worker<'m> {
         Ok(())
     }
 
-    fn clear_writer(&mut self) {
-        if let Some(writer) = self.writer.as_mut() {
-            writer.clear_kv_cache();
-        }
-    }
-
     /// Empty the cache, so nothing stale is ever read as a prefix.
     fn forget(&mut self) {
         self.context.clear_kv_cache();
@@ -490,7 +493,6 @@ fn context<'m>(
     runtime: &Runtime,
     model: &'m LlamaModel,
     shape: ContextShape,
-    flash_attention: i32,
 ) -> Result<LlamaContext<'m>, LoadError> {
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(shape.n_ctx))
@@ -498,7 +500,7 @@ fn context<'m>(
         .with_n_ubatch(shape.n_batch)
         .with_n_seq_max(shape.n_seq)
         .with_kv_unified(true)
-        .with_flash_attention_policy(flash_attention)
+        .with_flash_attention_policy(FLASH_ATTENTION_AUTO)
         .with_n_threads(shape.threads)
         .with_n_threads_batch(shape.threads);
     model

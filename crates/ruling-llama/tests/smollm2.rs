@@ -106,9 +106,10 @@ fn smollm2_meets_the_backend_contract_on_llama() {
 }
 
 /// A branch over the saved, restored and shared prefix reads what the same tokens read as one
-/// sequence decoded from scratch, to llama.cpp's own noise: its kernels depend on how many
-/// tokens a call decodes, so the same sequence split differently into calls moves a code's
-/// log-probability (measured here: up to 0.08 on SmolLM2-135M; 0 on the first branch).
+/// sequence decoded from scratch, to llama.cpp's own noise: its flash attention takes another
+/// kernel for calls of 64 rows or more (the whole sequence here) than for fewer (a branch), so
+/// the same tokens split differently into calls move a code's log-probability (measured here:
+/// up to 0.16 on SmolLM2-135M, whose 4-bit weights make every small difference a visible one).
 #[test]
 fn branches_over_the_shared_prefix_equal_whole_sequences() {
     let backend = llama();
@@ -142,7 +143,7 @@ fn branches_over_the_shared_prefix_equal_whole_sequences() {
     }
     eprintln!("shared prefix vs whole sequence: largest gap {largest:.4}");
     assert!(
-        largest <= 0.1,
+        largest <= 0.2,
         "shared prefix and whole sequence differ by {largest}"
     );
 }
@@ -150,7 +151,7 @@ fn branches_over_the_shared_prefix_equal_whole_sequences() {
 /// The two backends run the same quantized weights with different kernels: candle
 /// dequantizes SmolLM2's Q4_1 matrices to f32 and multiplies in f32, llama.cpp quantizes each
 /// activation row to 8 bits (Q8_1) for its Q4_1 dot products. So they agree to that
-/// quantization noise, not to the last bit: measured here, at most 0.18 on any code's
+/// quantization noise, not to the last bit: measured here, at most 0.17 on any code's
 /// log-probability and about 0.06 on average (the largest gaps on the least likely codes).
 #[test]
 fn code_log_probs_match_the_candle_backend() {
@@ -256,9 +257,15 @@ fn refuses_what_does_not_fit_before_decoding() {
 }
 
 /// A question's logits do not depend on which other branches share the call, nor on their
-/// order: with one branch per decode (the default) they are bit-identical.
+/// order: decoded together (the default with this workspace's llama.cpp build, which keeps
+/// weights unrepacked) they are bit-identical to each branch decoded alone.
 #[test]
 fn a_branch_reads_the_same_whatever_else_is_asked() {
+    assert!(
+        LoadOptions::default().branches_per_decode > 1,
+        "llama.cpp was built with repacked weights: build it with GGML_CPU_REPACK=OFF \
+         (.cargo/config.toml; `cargo clean -p llama-cpp-sys-2` after changing it)"
+    );
     let backend = llama();
     let codes = codes(backend);
     let prefix = prefix_tokens(backend);
