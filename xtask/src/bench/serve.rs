@@ -1,10 +1,11 @@
 //! `cargo xtask bench serve`: what a client of `ruling-serve` waits, per model.
 //!
-//! For each model spec, the release `ruling-serve` binary is started on a free port (one
-//! worker, its default settings) and driven over HTTP by one client, as a user's program would
-//! drive it: the README's three-question request, a BANKING77 request with all 77 intents as
-//! options (held-out rows), and a mixed set of held-out requests (BoolQ, SST-5, CLINC150-20,
-//! TREC, AG News) whose wall time gives the throughput. The server's peak resident memory is
+//! For each model spec, the release `ruling-serve` binary is started on a free port (`--workers`
+//! engine workers, otherwise its default settings) and driven over HTTP as a user's program
+//! would drive it: the README's three-question request and a BANKING77 request with all 77
+//! intents as options (held-out rows), one at a time, and a mixed set of held-out requests
+//! (BoolQ, SST-5, CLINC150-20, TREC, AG News) sent by `--clients` clients at once, whose wall
+//! time gives the throughput. The server's peak resident memory is
 //! read from `/proc` before it is stopped. Medians, not means: these machines are shared and a
 //! single slow request says little. Writes `docs/bench/serve.md` and `.json`.
 
@@ -36,6 +37,13 @@ pub struct ServeBenchArgs {
     /// Held-out rows per dataset in the mixed throughput set.
     #[arg(long, default_value_t = 6)]
     mixed: usize,
+    /// Engine workers each server runs (`ruling-serve --workers`).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Clients sending the mixed set at once, each one request at a time (the README and
+    /// BANKING77 latencies always use one).
+    #[arg(long, default_value_t = 1)]
+    clients: usize,
     /// Where the report goes (`.json` beside it).
     #[arg(long, default_value = "docs/bench/serve.md")]
     out: PathBuf,
@@ -66,9 +74,15 @@ struct Timings {
 #[derive(Debug, Serialize, Deserialize)]
 struct Throughput {
     requests: usize,
+    #[serde(default = "one")]
+    clients: usize,
     wall_s: f64,
     requests_per_s: f64,
     median_ms: f64,
+}
+
+fn one() -> usize {
+    1
 }
 
 const README_REQUEST: &str = r#"{
@@ -115,7 +129,7 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for model in args.models.split(',').filter(|m| !m.is_empty()) {
         eprintln!("bench: serving {model}");
-        let server = Server::start(&args.server, model)?;
+        let server = Server::start(&args.server, model, args.workers)?;
         let readme: Value = serde_json::from_str(README_REQUEST)?;
         let readme = (args.readme > 0)
             .then(|| timings(&server, &vec![readme; args.readme]))
@@ -124,7 +138,7 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
             .then(|| timings(&server, &wide))
             .transpose()?;
         let mixed = (!mixed.is_empty())
-            .then(|| throughput(&server, &mixed))
+            .then(|| throughput(&server, &mixed, args.clients))
             .transpose()?;
         let peak_rss_mib = server.peak_rss_mib();
         runs.push(ModelRun {
@@ -137,7 +151,7 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
         });
         drop(server);
     }
-    write_report(&args.out, &runs)
+    write_report(&args.out, &runs, args)
 }
 
 /// A `ruling-serve` child on a free port, stopped when dropped.
@@ -148,7 +162,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(binary: &Path, model: &str) -> anyhow::Result<Self> {
+    fn start(binary: &Path, model: &str, workers: usize) -> anyhow::Result<Self> {
         let started = Instant::now();
         let mut child = Command::new(binary)
             .args([
@@ -158,6 +172,8 @@ impl Server {
                 "0",
                 "--served-name",
                 "jev-latest",
+                "--workers",
+                &workers.to_string(),
             ])
             .env("RULING_CACHE", Path::new("target/ruling-cache"))
             .env("RUST_LOG", "info")
@@ -290,17 +306,41 @@ fn timings(server: &Server, requests: &[Value]) -> anyhow::Result<Timings> {
     })
 }
 
-fn throughput(server: &Server, requests: &[Value]) -> anyhow::Result<Throughput> {
+/// The mixed set's wall time with `clients` clients taking the next request as each finishes.
+fn throughput(server: &Server, requests: &[Value], clients: usize) -> anyhow::Result<Throughput> {
     server.ask(&requests[0])?;
+    let next = std::sync::atomic::AtomicUsize::new(0);
     let started = Instant::now();
-    let mut times = Vec::with_capacity(requests.len());
-    for request in requests {
-        times.push(server.ask(request)?.0.as_secs_f64() * 1e3);
-    }
+    let mut times = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..clients.max(1))
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<Vec<f64>> {
+                    let mut times = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(request) = requests.get(i) else {
+                            return Ok(times);
+                        };
+                        times.push(server.ask(request)?.0.as_secs_f64() * 1e3);
+                    }
+                })
+            })
+            .collect();
+        let mut all = Vec::with_capacity(requests.len());
+        for handle in handles {
+            all.extend(
+                handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a client panicked"))??,
+            );
+        }
+        anyhow::Ok(all)
+    })?;
     let wall_s = started.elapsed().as_secs_f64();
     times.sort_by(f64::total_cmp);
     Ok(Throughput {
         requests: requests.len(),
+        clients: clients.max(1),
         wall_s,
         requests_per_s: requests.len() as f64 / wall_s,
         median_ms: quantile(&times, 0.5),
@@ -317,13 +357,15 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[low] + (sorted[high] - sorted[low]) * (at - low as f64)
 }
 
-fn write_report(out: &Path, runs: &[ModelRun]) -> anyhow::Result<()> {
-    let mut md = String::from(
+fn write_report(out: &Path, runs: &[ModelRun], args: &ServeBenchArgs) -> anyhow::Result<()> {
+    let mut md = format!(
         "# Serving benchmark\n\nWritten by `cargo xtask bench serve` (`xtask/src/bench/serve.rs`): \
-         each model served by the release `ruling-serve` (one worker, default settings) on this \
-         machine, one client sending one request at a time over loopback HTTP. Latencies are \
-         wall times at the client (HTTP included); throughput is the mixed held-out set's \
-         requests over its wall time.\n\n",
+         each model served by the release `ruling-serve` ({} engine worker(s), otherwise default \
+         settings) on this machine, over loopback HTTP. Latencies are wall times at the client \
+         (HTTP included), one request at a time; throughput is the mixed held-out set's requests \
+         over its wall time, with {} client(s) each sending its next request as the last one is \
+         answered.\n\n",
+        args.workers, args.clients
     );
     md.push_str(&format!(
         "Machine: {} cores; {}.\n\n",
