@@ -285,18 +285,20 @@ impl<'m> Worker<'m> {
             .shape
             .branches_per_decode
             .clamp(1, self.shape.n_seq as usize - 1);
+        // Most tokens a call of several branches holds.
+        let shared_call = budget.min(FLASH_TILE_ROWS - 1);
+        let shares = |b: &OwnedBranch| (2..FLASH_TILE_ROWS).contains(&b.tokens.len());
         let mut scored = Vec::with_capacity(branches.len());
         let mut start = 0;
         while start < branches.len() {
             let mut end = start;
             let mut tokens = 0;
-            let groups = |b: &OwnedBranch| (2..FLASH_TILE_ROWS).contains(&b.tokens.len());
             while end < branches.len()
                 && end - start < max_branches
                 && (end == start
-                    || groups(&branches[start])
-                        && groups(&branches[end])
-                        && tokens + branches[end].tokens.len() < FLASH_TILE_ROWS.min(budget + 1))
+                    || shares(&branches[start])
+                        && shares(&branches[end])
+                        && tokens + branches[end].tokens.len() <= shared_call)
             {
                 tokens += branches[end].tokens.len();
                 end += 1;
