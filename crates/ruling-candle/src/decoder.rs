@@ -14,10 +14,14 @@
 //! to its own branch's keys under a causal mask; one softmax spans both parts. Grouped-query
 //! heads are folded into the rows, so keys are never repeated per query head either.
 
-use candle_core::{DType, Device, IndexOp, Tensor};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use candle_core::{D, DType, Device, IndexOp, Tensor};
 
 use crate::config::{Activation, DecoderConfig, RopeStyle};
 use crate::error::LoadError;
+use crate::lora::{LoraWeights, Projection, SplitMix};
 use crate::weights::{Linear, Name, Source, WeightDtype};
 
 /// Longest run of tokens pushed through the model at once while encoding a prefix, so a long
@@ -78,6 +82,19 @@ impl RmsNorm {
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         candle_nn::ops::rms_norm(x, &self.weight, self.eps)
+    }
+
+    /// The same norm from basic ops, which carry gradients (the fused kernel passes none).
+    fn forward_grad(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        candle_nn::ops::rms_norm_slow(x, &self.weight, self.eps)
+    }
+
+    fn forward_in(&self, x: &Tensor, grad: bool) -> candle_core::Result<Tensor> {
+        if grad {
+            self.forward_grad(x)
+        } else {
+            self.forward(x)
+        }
     }
 }
 
@@ -184,7 +201,9 @@ pub struct CodeLogits {
     pub log_normalizer: f32,
 }
 
-#[derive(Debug)]
+/// A decoder's weights. Cloning shares every tensor (candle tensors are reference-counted),
+/// which is how one base serves several adapters.
+#[derive(Debug, Clone)]
 pub struct Decoder {
     config: DecoderConfig,
     embed: Tensor,
@@ -194,6 +213,44 @@ pub struct Decoder {
     ropes: Vec<Rope>,
     device: Device,
     max_positions: usize,
+    /// The adapter every forward pass adds, if any.
+    lora: Option<Arc<LoraWeights>>,
+}
+
+/// How one forward pass runs: which adapter it adds, and from which layer up gradients must
+/// flow (candle's fused norm, rotary and softmax kernels pass none, so those layers use
+/// kernels built from basic ops instead).
+struct Mode<'a> {
+    lora: Option<&'a LoraWeights>,
+    grad_from: usize,
+    dropout: Option<RefCell<SplitMix>>,
+}
+
+impl Mode<'_> {
+    fn project(
+        &self,
+        layer: usize,
+        p: Projection,
+        linear: &Linear,
+        x: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        let y = linear.forward(x)?;
+        match self.lora {
+            Some(lora) => {
+                let mut dropout = self.dropout.as_ref().map(RefCell::borrow_mut);
+                lora.apply(layer, p, x, y, dropout.as_deref_mut())
+            }
+            None => Ok(y),
+        }
+    }
+}
+
+/// Softmax over the last axis from basic ops (so gradients flow), the maximum held constant.
+fn softmax_grad(x: &Tensor) -> candle_core::Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let num = x.broadcast_sub(&max)?.exp()?;
+    let den = num.sum_keepdim(D::Minus1)?;
+    num.broadcast_div(&den)
 }
 
 fn layer_name(i: usize, gguf: &str, hf: &str) -> Name {
@@ -281,6 +338,7 @@ impl Decoder {
             ropes,
             device: device.clone(),
             max_positions,
+            lora: None,
         })
     }
 
@@ -357,6 +415,90 @@ impl Decoder {
             layers: vec![None; self.layers.len()],
             len: 0,
         }
+    }
+
+    /// This decoder with `lora` added to every forward pass. Every base tensor is shared, so
+    /// a decoder per adapter costs only the adapter's own matrices.
+    pub fn with_adapter(&self, lora: LoraWeights) -> Self {
+        Self {
+            lora: Some(Arc::new(lora)),
+            ..self.clone()
+        }
+    }
+
+    /// The adapter this decoder adds, if any.
+    pub fn adapter(&self) -> Option<&LoraWeights> {
+        self.lora.as_deref()
+    }
+
+    /// Keep the matrices of layers `from..` (and the output head) as dense f32, so gradients
+    /// can pass through them: candle's quantized matmul passes none. Layers below stay as
+    /// loaded.
+    pub fn dequantize_from(&mut self, from: usize) -> candle_core::Result<()> {
+        for layer in self.layers.iter_mut().skip(from) {
+            for linear in [
+                &mut layer.q,
+                &mut layer.k,
+                &mut layer.v,
+                &mut layer.o,
+                &mut layer.gate,
+                &mut layer.up,
+                &mut layer.down,
+            ] {
+                *linear = linear.to_f32()?;
+            }
+        }
+        self.head = self.head.to_f32()?;
+        Ok(())
+    }
+
+    /// The logits of `codes` after the last token of each of `rows` (whole prompts, prefix
+    /// and branch, as the trainer renders them), `(rows, codes)`, with gradients reaching
+    /// `lora`'s tensors when they are variables. Layers below the adapter's lowest run with
+    /// the fused kernels and build no graph; from there up every kernel carries gradients
+    /// (see [`Decoder::dequantize_from`] for the matrices). `dropout_seed` turns on the
+    /// adapter's dropout with masks drawn from that seed.
+    pub fn train_code_logits(
+        &self,
+        rows: &[Vec<u32>],
+        codes: &[u32],
+        lora: &LoraWeights,
+        dropout_seed: Option<u64>,
+    ) -> candle_core::Result<Tensor> {
+        let width = rows.iter().map(Vec::len).max().unwrap_or(0);
+        if rows.is_empty() || width == 0 {
+            candle_core::bail!("no tokens to train on");
+        }
+        self.check_positions(width)?;
+        let mut tokens = Vec::with_capacity(rows.len() * width);
+        let mut answers = Vec::with_capacity(rows.len());
+        for (r, row) in rows.iter().enumerate() {
+            if row.is_empty() {
+                candle_core::bail!("row {r} has no tokens");
+            }
+            tokens.extend_from_slice(row);
+            // Padding sits after the answer position, so causal attention never reads it.
+            tokens.extend(std::iter::repeat_n(row[row.len() - 1], width - row.len()));
+            answers.push((r * width + row.len() - 1) as u32);
+        }
+        let block = Block {
+            tokens: Tensor::from_vec(tokens, rows.len() * width, &self.device)?,
+            rows: rows.len(),
+            width,
+            positions: (0..width).collect(),
+            segments: vec![0; width],
+        };
+        let mode = Mode {
+            lora: Some(lora),
+            grad_from: lora.first_layer(),
+            dropout: dropout_seed.map(|seed| RefCell::new(SplitMix(seed))),
+        };
+        let (hidden, _) = self.run_with(&self.empty_cache(), &block, false, &mode)?;
+        let answers = Tensor::from_vec(answers, rows.len(), &self.device)?;
+        let picked = self.norm.forward_grad(&hidden.index_select(&answers, 0)?)?;
+        let codes = Tensor::new(codes, &self.device)?;
+        let head = self.head.rows(&codes)?;
+        picked.matmul(&head.t()?)
     }
 
     /// Append `tokens` to `cache`, in chunks of at most [`PREFILL_CHUNK`].
@@ -578,13 +720,29 @@ impl Decoder {
         self.head.forward(&self.norm.forward(hidden)?)
     }
 
-    /// Run a block through every layer against `cache`; returns the final hidden states
-    /// `(rows * width, hidden)` and, when `keep` is set, each layer's new keys and values.
+    /// Run a block through every layer against `cache`, with the decoder's own adapter;
+    /// returns the final hidden states `(rows * width, hidden)` and, when `keep` is set, each
+    /// layer's new keys and values.
     fn run(
         &self,
         cache: &KvCache,
         block: &Block,
         keep: bool,
+    ) -> candle_core::Result<(Tensor, Vec<(Tensor, Tensor)>)> {
+        let mode = Mode {
+            lora: self.lora.as_deref(),
+            grad_from: usize::MAX,
+            dropout: None,
+        };
+        self.run_with(cache, block, keep, &mode)
+    }
+
+    fn run_with(
+        &self,
+        cache: &KvCache,
+        block: &Block,
+        keep: bool,
+        mode: &Mode<'_>,
     ) -> candle_core::Result<(Tensor, Vec<(Tensor, Tensor)>)> {
         let mut x = self.embed.index_select(&block.tokens, 0)?;
         let positions = Tensor::from_vec(
@@ -608,10 +766,19 @@ impl Decoder {
             .collect::<candle_core::Result<_>>()?;
         let mut masks = MaskCache::default();
         let mut fresh = Vec::with_capacity(if keep { self.layers.len() } else { 0 });
-        for (layer, cached) in self.layers.iter().zip(&cache.layers) {
+        for (i, (layer, cached)) in self.layers.iter().zip(&cache.layers).enumerate() {
             let (cos, sin) = &tables[layer.rope];
             let masks = masks.get(self, block, cache.len, layer.window)?;
-            let (y, kv) = self.layer_forward(layer, &x, block, cached.as_ref(), cos, sin, masks)?;
+            let step = Step {
+                index: i,
+                block,
+                cached: cached.as_ref(),
+                cos,
+                sin,
+                masks,
+                mode,
+            };
+            let (y, kv) = self.layer_forward(layer, &x, &step)?;
             x = y;
             if keep {
                 fresh.push(kv);
@@ -620,60 +787,70 @@ impl Decoder {
         Ok((x, fresh))
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn layer_forward(
         &self,
         layer: &Layer,
         x: &Tensor,
-        block: &Block,
-        cached: Option<&(Tensor, Tensor)>,
-        cos: &Tensor,
-        sin: &Tensor,
-        masks: &Masks,
+        step: &Step<'_>,
     ) -> candle_core::Result<(Tensor, (Tensor, Tensor))> {
         let c = &self.config;
-        let (b, l, d) = (block.rows, block.width, c.head_dim);
-        let h = layer.attn_norm.forward(x)?;
+        let (b, l, d) = (step.block.rows, step.block.width, c.head_dim);
+        let (i, mode) = (step.index, step.mode);
+        let grad = i >= mode.grad_from;
+        let (cos, sin) = (step.cos, step.sin);
+        let h = layer.attn_norm.forward_in(x, grad)?;
         let heads = |t: Tensor, n: usize, norm: Option<&RmsNorm>| -> candle_core::Result<Tensor> {
             let t = t.reshape((b, l, n, d))?;
             let t = match norm {
-                Some(norm) => norm.forward(&t)?,
+                Some(norm) => norm.forward_in(&t, grad)?,
                 None => t,
             };
             let t = t.transpose(1, 2)?.contiguous()?;
-            match c.rope_style {
-                RopeStyle::Half => candle_nn::rotary_emb::rope(&t, cos, sin),
-                RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&t, cos, sin),
+            match (c.rope_style, grad) {
+                (RopeStyle::Half, false) => candle_nn::rotary_emb::rope(&t, cos, sin),
+                (RopeStyle::Half, true) => candle_nn::rotary_emb::rope_slow(&t, cos, sin),
+                (RopeStyle::Interleaved, false) => candle_nn::rotary_emb::rope_i(&t, cos, sin),
+                (RopeStyle::Interleaved, true) => {
+                    candle_nn::rotary_emb::rope_i_slow(&t, cos, sin)
+                }
             }
         };
-        let q = heads(layer.q.forward(&h)?, c.num_heads, layer.q_norm.as_ref())?;
-        let k = heads(layer.k.forward(&h)?, c.num_kv_heads, layer.k_norm.as_ref())?;
-        let v = layer
-            .v
-            .forward(&h)?
+        let q = heads(
+            mode.project(i, Projection::Q, &layer.q, &h)?,
+            c.num_heads,
+            layer.q_norm.as_ref(),
+        )?;
+        let k = heads(
+            mode.project(i, Projection::K, &layer.k, &h)?,
+            c.num_kv_heads,
+            layer.k_norm.as_ref(),
+        )?;
+        let v = mode
+            .project(i, Projection::V, &layer.v, &h)?
             .reshape((b, l, c.num_kv_heads, d))?
             .transpose(1, 2)?
             .contiguous()?;
 
-        let attended = self.attend(&q, &k, &v, cached, masks, b, l)?;
+        let attended = self.attend(&q, &k, &v, step, grad)?;
         let attended = attended
             .transpose(1, 2)?
             .reshape((b * l, c.num_heads * d))?;
-        let mut out = layer.o.forward(&attended)?;
+        let mut out = mode.project(i, Projection::O, &layer.o, &attended)?;
         if let Some(norm) = &layer.post_attn_norm {
-            out = norm.forward(&out)?;
+            out = norm.forward_in(&out, grad)?;
         }
         let x = (x + out)?;
 
-        let h = layer.mlp_norm.forward(&x)?;
-        let gate = layer.gate.forward(&h)?;
+        let h = layer.mlp_norm.forward_in(&x, grad)?;
+        let gate = mode.project(i, Projection::Gate, &layer.gate, &h)?;
         let gate = match c.activation {
             Activation::Silu => candle_nn::ops::silu(&gate)?,
             Activation::GeluTanh => gate.gelu()?,
         };
-        let mut out = layer.down.forward(&(gate * layer.up.forward(&h)?)?)?;
+        let up = mode.project(i, Projection::Up, &layer.up, &h)?;
+        let mut out = mode.project(i, Projection::Down, &layer.down, &(gate * up)?)?;
         if let Some(norm) = &layer.post_mlp_norm {
-            out = norm.forward(&out)?;
+            out = norm.forward_in(&out, grad)?;
         }
         // Keys and values for the cache drop the batch axis: a prefix is always one row.
         let kv = if b == 1 {
@@ -685,17 +862,23 @@ impl Decoder {
     }
 
     /// Attention of `q` `(b, heads, l, d)` over the cached prefix and the block's own keys.
-    #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        cached: Option<&(Tensor, Tensor)>,
-        masks: &Masks,
-        b: usize,
-        l: usize,
+        step: &Step<'_>,
+        grad: bool,
     ) -> candle_core::Result<Tensor> {
+        let (cached, masks) = (step.cached, step.masks);
+        let (b, l) = (step.block.rows, step.block.width);
+        let softmax = |x: &Tensor| {
+            if grad {
+                softmax_grad(x)
+            } else {
+                candle_nn::ops::softmax_last_dim(x)
+            }
+        };
         let c = &self.config;
         let (kvh, d) = (c.num_kv_heads, c.head_dim);
         let g = c.num_heads / kvh;
@@ -704,7 +887,7 @@ impl Decoder {
         let q = (q.reshape((b, kvh, g * l, d))? * scale)?;
         let own = q.matmul(&k.transpose(2, 3)?)?.broadcast_add(&masks.own)?;
         let Some((pk, pv)) = cached else {
-            let weights = candle_nn::ops::softmax_last_dim(&own)?;
+            let weights = softmax(&own)?;
             return weights.matmul(v)?.reshape((b, c.num_heads, l, d));
         };
         let p = pk.dim(1)?;
@@ -721,7 +904,7 @@ impl Decoder {
             shared = shared.broadcast_add(mask)?;
         }
         let scores = Tensor::cat(&[&shared.contiguous()?, &own], 3)?;
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        let weights = softmax(&scores)?;
         let w_shared = weights
             .narrow(3, 0, p)?
             .transpose(0, 1)?
@@ -734,6 +917,17 @@ impl Decoder {
         let from_own = weights.narrow(3, p, l)?.contiguous()?.matmul(v)?;
         (from_prefix + from_own)?.reshape((b, c.num_heads, l, d))
     }
+}
+
+/// What one layer's forward pass needs besides the layer and its input.
+struct Step<'a> {
+    index: usize,
+    block: &'a Block,
+    cached: Option<&'a (Tensor, Tensor)>,
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+    masks: &'a Masks,
+    mode: &'a Mode<'a>,
 }
 
 /// The log-normaliser of a full-vocabulary row and the logits of the requested codes.

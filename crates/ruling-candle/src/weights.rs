@@ -77,6 +77,24 @@ impl Linear {
         }
     }
 
+    /// The same layer with its matrix as dense f32 (gradients pass through it).
+    pub fn to_f32(&self) -> candle_core::Result<Self> {
+        Ok(Self {
+            weight: QMatMul::Tensor(self.dense()?),
+            bias: self.bias.clone(),
+        })
+    }
+
+    /// Rows `ids` of the matrix (output features), as dense f32.
+    pub fn rows(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        match &self.weight {
+            QMatMul::Tensor(t) | QMatMul::TensorF16(t) => {
+                t.index_select(ids, 0)?.to_dtype(DType::F32)
+            }
+            QMatMul::QTensor(_) => self.dense()?.index_select(ids, 0),
+        }
+    }
+
     /// The matrix as a dense f32 tensor (for an embedding table shared with the head).
     pub fn dense(&self) -> candle_core::Result<Tensor> {
         match &self.weight {
