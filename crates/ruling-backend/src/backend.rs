@@ -51,6 +51,9 @@ pub struct BackendInfo {
     /// The most bytes of text one token can stand for (0: unknown). A state longer than
     /// this many bytes per context token cannot fit, so it is refused without tokenizing it.
     pub max_token_bytes: usize,
+    /// The digest of the LoRA adapter every forward pass applies, if any (calibration files
+    /// name it, so one fitted for another adapter is refused).
+    pub adapter_digest: Option<String>,
 }
 
 /// One question's continuation after the shared prefix, and the answer codes to read after it.

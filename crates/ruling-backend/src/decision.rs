@@ -21,7 +21,7 @@ use indexmap::IndexMap;
 use ruling_calibration::{AnswerType, Calibration, Provenance, log_softmax};
 use ruling_schema::{
     EngineKind, EvaluationTrace, QuestionKind, QuestionTrace, RotationTrace, StageOneScore,
-    SystemOneResponse, Usage, ValidQuestion, ValidRequest,
+    SystemOneResponse, Usage, ValidQuestion, ValidRequest, ValidState,
 };
 
 use crate::answer::answer;
@@ -160,6 +160,74 @@ impl Default for EngineOptions {
     }
 }
 
+/// A question as the model reads it, for training: see [`DecoderEngine::question_prompt`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuestionPrompt {
+    /// The prefix (system turn and state) and the question's branch, as one sequence.
+    pub tokens: Vec<u32>,
+    /// How many of `tokens` are the prefix.
+    pub prefix_len: usize,
+    /// The answer codes' token ids, read after the last token: code `i` means `keys[i]`.
+    pub codes: Vec<u32>,
+    pub keys: Vec<String>,
+}
+
+/// A question's parts as the engine shows them: instructions, preamble, options in canonical
+/// order, and whether its rotations are shifts (a Choice) or directions (a Noul or Score).
+struct Shown {
+    instructions: String,
+    preamble: String,
+    options: Vec<ShownOption>,
+    choice: bool,
+}
+
+impl Shown {
+    fn of(kind: &QuestionKind) -> Option<Self> {
+        Some(match kind {
+            QuestionKind::Noul {
+                instructions,
+                if_true,
+                if_false,
+            } => Self {
+                instructions: instructions.render(),
+                preamble: noul_preamble(if_true.as_ref(), if_false.as_ref()),
+                options: noul_options(),
+                choice: false,
+            },
+            QuestionKind::Score {
+                instructions,
+                levels,
+            } => Self {
+                instructions: instructions.render(),
+                preamble: "Choose the level that fits best.".to_owned(),
+                options: score_options(levels),
+                choice: false,
+            },
+            QuestionKind::Choice {
+                instructions,
+                options,
+            } => Self {
+                instructions: instructions.render(),
+                preamble: String::new(),
+                options: choice_options(options),
+                choice: true,
+            },
+            QuestionKind::Box { .. } => return None,
+        })
+    }
+
+    fn render(&self, labels: &[String], reverse: bool) -> RenderedQuestion {
+        render(
+            &self.instructions,
+            &self.preamble,
+            &self.options,
+            labels,
+            0,
+            reverse,
+        )
+    }
+}
+
 /// Answers System One requests with a decoder behind the [`Backend`] port.
 #[derive(Debug)]
 pub struct DecoderEngine<B: Backend> {
@@ -276,41 +344,80 @@ impl<B: Backend> DecoderEngine<B> {
     /// Every rotation of one question, rendered.
     fn rotations(&self, kind: &QuestionKind) -> Vec<RenderedQuestion> {
         let labels = self.codes.labels();
-        let both_ways = self.options.rotations >= 2;
-        let directional = |instructions: &str, preamble: &str, options: &[ShownOption]| {
-            let mut out = vec![render(instructions, preamble, options, labels, 0, false)];
-            if both_ways {
-                out.push(render(instructions, preamble, options, labels, 0, true));
-            }
-            out
+        let Some(shown) = Shown::of(kind) else {
+            return Vec::new();
         };
-        match kind {
-            QuestionKind::Noul {
-                instructions,
-                if_true,
-                if_false,
-            } => directional(
-                &instructions.render(),
-                &noul_preamble(if_true.as_ref(), if_false.as_ref()),
-                &noul_options(),
-            ),
-            QuestionKind::Score {
-                instructions,
-                levels,
-            } => directional(
-                &instructions.render(),
-                "Choose the level that fits best.",
-                &score_options(levels),
-            ),
-            QuestionKind::Choice {
-                instructions,
-                options,
-            } => {
-                let shown = choice_options(options);
-                self.choice_rotations(&instructions.render(), &shown)
-            }
-            QuestionKind::Box { .. } => Vec::new(),
+        if shown.choice {
+            return self.choice_rotations(&shown.instructions, &shown.options);
         }
+        let mut out = vec![shown.render(labels, false)];
+        if self.options.rotations >= 2 {
+            out.push(shown.render(labels, true));
+        }
+        out
+    }
+
+    /// The most options one pass shows (a wider Choice goes through two stages).
+    pub fn max_options_per_pass(&self) -> usize {
+        self.options.max_options_per_pass
+    }
+
+    /// One question put to the model exactly as [`Engine::evaluate`] puts it (system turn,
+    /// state, seam, question, codes, tail), with its options shown in `order`: the prompt a
+    /// trainer teaches the readout on. `order` lists canonical option indices; a Noul or Score
+    /// is shown only lowest-first or reversed, as the engine's rotations show it.
+    pub fn question_prompt(
+        &self,
+        state: &ValidState,
+        kind: &QuestionKind,
+        order: &[usize],
+    ) -> Result<QuestionPrompt, EngineError> {
+        let shown = Shown::of(kind).ok_or_else(|| {
+            EngineError::Unsupported("box questions need a vision model".to_owned())
+        })?;
+        let n = shown.options.len();
+        let mut sorted = order.to_vec();
+        sorted.sort_unstable();
+        if sorted != (0..n).collect::<Vec<_>>() {
+            return Err(EngineError::Unsupported(format!(
+                "the order {order:?} is not a permutation of the question's {n} options"
+            )));
+        }
+        if n > self.options.max_options_per_pass {
+            return Err(EngineError::Unsupported(format!(
+                "{n} options is more than one pass shows ({}); a wider choice is asked in two \
+                 stages",
+                self.options.max_options_per_pass
+            )));
+        }
+        let labels = self.codes.labels();
+        let rendered = if shown.choice {
+            let options: Vec<ShownOption> =
+                order.iter().map(|&i| shown.options[i].clone()).collect();
+            render(&shown.instructions, "", &options, labels, 0, false)
+        } else {
+            let reversed = n > 1 && order.iter().copied().eq((0..n).rev());
+            if order.iter().copied().ne(0..n) && !reversed {
+                return Err(EngineError::Unsupported(
+                    "a noul or score is shown lowest-first or reversed, not shuffled".to_owned(),
+                ));
+            }
+            shown.render(labels, reversed)
+        };
+        let split = split_prompt(
+            &self.backend,
+            &self.options.system_prompt,
+            &user_head(&state.render()),
+        )?;
+        let mut tokens = self.backend.encode(&split.prefix)?;
+        let prefix_len = tokens.len();
+        tokens.extend(self.encode_branch(&rendered, &split.tail)?);
+        Ok(QuestionPrompt {
+            tokens,
+            prefix_len,
+            codes: self.codes.ids()[..n].to_vec(),
+            keys: rendered.keys,
+        })
     }
 
     fn choice_rotations(&self, instructions: &str, shown: &[ShownOption]) -> Vec<RenderedQuestion> {
@@ -710,7 +817,7 @@ fn provenance<B: Backend>(backend: &B, options: &EngineOptions) -> Provenance {
         revision: backend.info().revision.clone(),
         rotations: options.rotations,
         prior: options.prior,
-        adapter_digest: None,
+        adapter_digest: backend.info().adapter_digest.clone(),
     }
 }
 

@@ -31,7 +31,9 @@ pub use answer::answer;
 pub use backend::{Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role, check_branches};
 pub use codes::{AnswerCodes, DEFAULT_CODES};
 pub use contract::{ContractReport, verify_backend};
-pub use decision::{AdaptiveRotations, DEFAULT_PREFIX_CACHE_BYTES, DecoderEngine, EngineOptions};
+pub use decision::{
+    AdaptiveRotations, DEFAULT_PREFIX_CACHE_BYTES, DecoderEngine, EngineOptions, QuestionPrompt,
+};
 pub use engine::{Engine, EngineError, EngineInfo};
 pub use error::{BackendError, BoxError, ContractError};
 pub use generate::{Decoding, Finish, Generation, Generator, Sampling, check_prompts, sample};

@@ -44,6 +44,7 @@ impl Toy {
                 context_length: 4096,
                 vision: false,
                 max_token_bytes: 0,
+                adapter_digest: None,
             },
             template: Template::ChatMl,
             pieces: [

@@ -40,6 +40,7 @@ impl Scripted {
                 context_length: 4096,
                 vision: false,
                 max_token_bytes: 0,
+                adapter_digest: None,
             },
             bias,
             content,

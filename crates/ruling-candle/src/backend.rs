@@ -2,6 +2,7 @@
 //! [`Backend`] port.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use candle_core::Device;
 use ruling_backend::{
@@ -11,6 +12,7 @@ use ruling_backend::{
 
 use crate::decoder::{BranchBudget, BranchLayout, Decoder, KvCache, PREFILL_CHUNK};
 use crate::error::LoadError;
+use crate::lora::{Adapter, AdapterError, BaseModel};
 use crate::template::ChatTemplate;
 use crate::text::ChatText;
 use crate::tokenizer::TextTokenizer;
@@ -38,7 +40,7 @@ pub struct LoadOptions {
 pub struct CandleBackend {
     info: BackendInfo,
     decoder: Decoder,
-    text: ChatText,
+    text: Arc<ChatText>,
     layout: BranchLayout,
     budget: BranchBudget,
 }
@@ -74,9 +76,10 @@ impl CandleBackend {
                 context_length,
                 vision: false,
                 max_token_bytes: text.tokenizer().max_token_bytes(),
+                adapter_digest: None,
             },
             decoder,
-            text,
+            text: Arc::new(text),
             layout: options.layout,
             budget: options.budget,
         })
@@ -84,6 +87,39 @@ impl CandleBackend {
 
     pub fn decoder(&self) -> &Decoder {
         &self.decoder
+    }
+
+    /// The base this backend runs, as adapters record it (identity and shape).
+    pub fn base_model(&self) -> BaseModel {
+        BaseModel::new(
+            self.decoder.config(),
+            &self.info.model_id,
+            self.info.revision.as_deref(),
+        )
+    }
+
+    /// This backend with `adapter` added to every forward pass. The base's tensors, tokenizer
+    /// and template are shared, not copied; `info` carries the adapter's digest, so a
+    /// calibration fitted for another adapter (or none) is refused. An adapter trained for
+    /// another base, or whose tensors do not fit its layout, is refused with what differs.
+    pub fn with_adapter(&self, adapter: &Adapter) -> Result<Self, AdapterError> {
+        if self.decoder.adapter().is_some() {
+            return Err(AdapterError::NotAnAdapter {
+                path: adapter.path.clone(),
+                reason: "this backend already applies an adapter; adapters do not stack".into(),
+            });
+        }
+        let weights = adapter.weights_for(self.decoder.config(), &self.base_model())?;
+        Ok(Self {
+            info: BackendInfo {
+                adapter_digest: Some(adapter.digest.clone()),
+                ..self.info.clone()
+            },
+            decoder: self.decoder.with_adapter(weights),
+            text: Arc::clone(&self.text),
+            layout: self.layout,
+            budget: self.budget,
+        })
     }
 
     pub fn tokenizer(&self) -> &TextTokenizer {

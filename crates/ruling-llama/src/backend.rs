@@ -161,6 +161,7 @@ impl LlamaCppBackend {
                 context_length,
                 vision: false,
                 max_token_bytes: text.tokenizer().max_token_bytes(),
+                adapter_digest: None,
             },
             text,
             vocab,
