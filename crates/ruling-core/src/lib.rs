@@ -339,6 +339,13 @@ impl Ruling {
     }
 }
 
+/// A decoder model spec pulled and loaded on candle, with the identity the engine and its
+/// calibration files use: what `ruling-train lora` trains on, so an adapter names the base the
+/// server will load.
+pub fn load_candle(spec: &str, options: &Options) -> Result<CandleBackend, CoreError> {
+    Pulled::pull(spec, options)?.candle(options)
+}
+
 /// A model spec pulled into the cache, with the identity its backend reports.
 struct Pulled {
     path: PathBuf,
