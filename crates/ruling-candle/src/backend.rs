@@ -89,6 +89,12 @@ impl CandleBackend {
         &self.decoder
     }
 
+    /// Keep layers `from..` as dense f32 so gradients pass through them (for training an
+    /// adapter on this base; see [`Decoder::dequantize_from`]).
+    pub fn dequantize_from(&mut self, from: usize) -> Result<(), LoadError> {
+        Ok(self.decoder.dequantize_from(from)?)
+    }
+
     /// The base this backend runs, as adapters record it (identity and shape).
     pub fn base_model(&self) -> BaseModel {
         BaseModel::new(

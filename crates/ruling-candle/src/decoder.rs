@@ -810,9 +810,7 @@ impl Decoder {
                 (RopeStyle::Half, false) => candle_nn::rotary_emb::rope(&t, cos, sin),
                 (RopeStyle::Half, true) => candle_nn::rotary_emb::rope_slow(&t, cos, sin),
                 (RopeStyle::Interleaved, false) => candle_nn::rotary_emb::rope_i(&t, cos, sin),
-                (RopeStyle::Interleaved, true) => {
-                    candle_nn::rotary_emb::rope_i_slow(&t, cos, sin)
-                }
+                (RopeStyle::Interleaved, true) => candle_nn::rotary_emb::rope_i_slow(&t, cos, sin),
             }
         };
         let q = heads(

@@ -21,7 +21,9 @@ pub use backend::{CandleBackend, LoadOptions};
 pub use config::{Activation, DecoderConfig, Family, RopeStyle};
 pub use decoder::{BranchBudget, BranchLayout, CodeLogits, Decoder, KvCache, PREFILL_CHUNK};
 pub use error::LoadError;
-pub use lora::{Adapter, AdapterError, AdapterMeta, BaseModel, LoraConfig, LoraWeights, Projection};
+pub use lora::{
+    Adapter, AdapterError, AdapterMeta, BaseModel, LoraConfig, LoraWeights, Projection,
+};
 pub use template::{ChatTemplate, TemplateError};
 pub use text::ChatText;
 pub use tokenizer::{TextTokenizer, TokenizerError};

@@ -466,8 +466,11 @@ impl Adapter {
             .as_ref()
             .and_then(|m| m.get(ADAPTER_META_KEY))
             .ok_or_else(|| not(format!("its metadata has no {ADAPTER_META_KEY:?} entry")))?;
-        let meta: AdapterMeta = serde_json::from_str(json)
-            .map_err(|e| not(format!("its {ADAPTER_META_KEY:?} metadata is malformed: {e}")))?;
+        let meta: AdapterMeta = serde_json::from_str(json).map_err(|e| {
+            not(format!(
+                "its {ADAPTER_META_KEY:?} metadata is malformed: {e}"
+            ))
+        })?;
         if meta.format != ADAPTER_FORMAT {
             return Err(not(format!(
                 "format {} (this build reads format {ADAPTER_FORMAT})",

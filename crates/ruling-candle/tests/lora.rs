@@ -76,8 +76,8 @@ fn decoders() -> Vec<(String, Decoder)> {
         out.push((stem.to_owned(), d));
     }
     // Quantized blocks pass no gradient: the trained-through layers are dequantized first.
-    let mut q = Decoder::from_gguf(&dir.join("tiny-qwen2.gguf"), WeightDtype::Native, &cpu)
-        .unwrap();
+    let mut q =
+        Decoder::from_gguf(&dir.join("tiny-qwen2.gguf"), WeightDtype::Native, &cpu).unwrap();
     q.dequantize_from(0).unwrap();
     out.push(("tiny-qwen2.gguf dequantized".to_owned(), q));
     out
@@ -89,7 +89,11 @@ fn the_lora_gradient_matches_finite_differences() {
         let lora = every_projection(decoder.config().num_layers);
         let vars = variables(&lora, &decoder, 7);
         let w = weights(&lora, &decoder, &vars);
-        let loss = objective(&decoder.train_code_logits(&rows(), &CODES, &w, None).unwrap());
+        let loss = objective(
+            &decoder
+                .train_code_logits(&rows(), &CODES, &w, None)
+                .unwrap(),
+        );
         let grads = loss.backward().unwrap();
         let eps = 1e-2f32;
         let mut checked = 0;
@@ -106,7 +110,9 @@ fn the_lora_gradient_matches_finite_differences() {
                     moved[index] += delta;
                     var.set(&Tensor::from_vec(moved, var.shape(), &Device::Cpu).unwrap())
                         .unwrap();
-                    let logits = decoder.train_code_logits(&rows(), &CODES, &w, None).unwrap();
+                    let logits = decoder
+                        .train_code_logits(&rows(), &CODES, &w, None)
+                        .unwrap();
                     objective(&logits).to_scalar::<f32>().unwrap()
                 };
                 let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
@@ -150,14 +156,25 @@ fn training_and_serving_read_the_same_logits_with_an_adapter() {
             let mut cache = adapted.empty_cache();
             adapted.prefill(&mut cache, prefix).unwrap();
             let shared = adapted
-                .score_branches(&cache, &[(branch, &CODES)], Default::default(), Default::default())
+                .score_branches(
+                    &cache,
+                    &[(branch, &CODES)],
+                    Default::default(),
+                    Default::default(),
+                )
                 .unwrap();
             for (a, b) in shared[0].logits.iter().zip(expected) {
-                assert!((a - b).abs() < 1e-4, "{name}: shared prefix {a} vs trained {b}");
+                assert!(
+                    (a - b).abs() < 1e-4,
+                    "{name}: shared prefix {a} vs trained {b}"
+                );
             }
             // The base it was cloned from is untouched.
             let base = plain.score_naive(prefix, branch, &CODES).unwrap();
-            assert_ne!(base.logits, served.logits, "{name}: the adapter changed nothing");
+            assert_ne!(
+                base.logits, served.logits,
+                "{name}: the adapter changed nothing"
+            );
         }
     }
 }
@@ -168,10 +185,11 @@ fn a_fresh_adapter_reads_as_the_base() {
     let decoder =
         Decoder::from_hf_dir(&dir.join("tiny-llama"), WeightDtype::F32, &Device::Cpu).unwrap();
     let lora = every_projection(2);
-    let tensors: HashMap<String, Tensor> = LoraWeights::init(&lora, decoder.config(), 1, &Device::Cpu)
-        .unwrap()
-        .into_iter()
-        .collect();
+    let tensors: HashMap<String, Tensor> =
+        LoraWeights::init(&lora, decoder.config(), 1, &Device::Cpu)
+            .unwrap()
+            .into_iter()
+            .collect();
     let w = LoraWeights::from_tensors(&lora, decoder.config(), &tensors).unwrap();
     let adapted = decoder.with_adapter(w);
     let a = decoder.score_naive(&[5, 6, 7], &[8, 9], &CODES).unwrap();
@@ -212,21 +230,37 @@ fn adapter_files_are_refused_for_another_base_or_layout() {
     let err = adapter.weights_for(qwen.config(), &other).unwrap_err();
     let message = err.to_string();
     assert!(matches!(err, AdapterError::OtherBase { .. }), "{message}");
-    assert!(message.contains("model_id") && message.contains("revision"), "{message}");
+    assert!(
+        message.contains("model_id") && message.contains("revision"),
+        "{message}"
+    );
 
     // The same base under another revision.
     let moved = BaseModel {
         revision: Some("def".into()),
         ..base.clone()
     };
-    let message = adapter.weights_for(decoder.config(), &moved).unwrap_err().to_string();
-    assert!(message.contains("revision: trained on abc, loaded def"), "{message}");
+    let message = adapter
+        .weights_for(decoder.config(), &moved)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("revision: trained on abc, loaded def"),
+        "{message}"
+    );
 
     // A layout its tensors do not follow: one matrix missing.
     let (a_name, _) = tensor_names(1, Projection::V);
-    let short: Vec<(String, Tensor)> = tensors.iter().filter(|(n, _)| *n != a_name).cloned().collect();
+    let short: Vec<(String, Tensor)> = tensors
+        .iter()
+        .filter(|(n, _)| *n != a_name)
+        .cloned()
+        .collect();
     std::fs::write(&path, adapter_bytes(&meta, &short).unwrap()).unwrap();
-    let err = Adapter::load(&path).unwrap().weights_for(decoder.config(), &base).unwrap_err();
+    let err = Adapter::load(&path)
+        .unwrap()
+        .weights_for(decoder.config(), &base)
+        .unwrap_err();
     assert!(matches!(err, AdapterError::Layout { .. }), "{err}");
     assert!(err.to_string().contains(&a_name), "{err}");
 

@@ -3,13 +3,19 @@
 //! - `ruling-train encoder` fine-tunes a decision encoder (a BERT or ModernBERT checkpoint) on
 //!   typed-question records from the development side of `shared/datasets` and any JSONL record
 //!   files, and writes a checkpoint `ruling-serve --model encoder:DIR` serves.
+//! - `ruling-train lora` teaches a decoder's letter readout with a LoRA adapter on the same
+//!   records, rendered exactly as the engine renders them, and writes an adapter
+//!   `ruling-serve --adapter NAME=PATH` serves beside its base.
 //!
 //! Every trainer refuses held-out states, resumes exactly after a kill (rerun the same
 //! command), and keeps its best checkpoint with the sha256 of its data.
 
 use clap::{Parser, Subcommand};
 
+mod data;
 mod encoder;
+mod lora;
+mod state;
 
 #[global_allocator]
 static ALLOCATOR: ruling_alloc::Allocator = ruling_alloc::Allocator;
@@ -25,11 +31,14 @@ struct Cli {
 enum Command {
     /// Fine-tune a decision encoder on typed-question records.
     Encoder(encoder::EncoderArgs),
+    /// Teach a decoder's letter readout with a LoRA adapter.
+    Lora(lora::LoraArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     ruling_alloc::settle();
     match Cli::parse().command {
         Command::Encoder(args) => encoder::run(&args),
+        Command::Lora(args) => lora::run(&args),
     }
 }

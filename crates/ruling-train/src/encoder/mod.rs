@@ -13,8 +13,7 @@
 //! new step directory, and a `latest` pointer written last names the complete one. Resuming
 //! gives bit-identical weights to a run that was never stopped.
 
-mod data;
-mod state;
+mod examples;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,8 +21,6 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use candle_core::{DType, Device};
-use indicatif::{ProgressBar, ProgressStyle};
-use ruling_corpus::TrainingSource;
 use ruling_encoder::checkpoint::{
     BaseIdentity, CheckpointMeta, META_FILE, NewCheckpoint, safetensors_bytes, write_atomic,
 };
@@ -33,8 +30,10 @@ use ruling_encoder::train::{
 use ruling_encoder::{DecisionModel, EncoderFiles, Kernels, Limits};
 use serde::{Deserialize, Serialize};
 
-use data::{DataFile, Sources};
-use state::RunState;
+use crate::data::{self, DataFile, Sources, parse_cap, parse_sources};
+use crate::state::{self, Validation, log_validation, progress};
+
+type RunState = state::RunState<TrainConfig>;
 
 /// Arguments of `ruling-train encoder`.
 #[derive(Debug, Clone, clap::Args)]
@@ -182,23 +181,6 @@ impl TrainConfig {
     }
 }
 
-/// One validation's figures.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Validation {
-    pub step: u64,
-    pub loss: f64,
-    pub accuracy: f64,
-    pub expected_calibration_error: f64,
-    pub coverage_at_5pct_error: f64,
-    pub questions: usize,
-    /// Accuracy per record family.
-    pub families: std::collections::BTreeMap<String, f64>,
-    #[serde(default)]
-    pub train_loss: Option<f64>,
-    #[serde(default)]
-    pub tokens_per_second: Option<f64>,
-}
-
 pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let dtype = match args.dtype.as_str() {
@@ -254,7 +236,7 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         dtype: args.dtype.clone(),
         train_embeddings: args.train_embeddings,
     };
-    let saved = state::latest(&args.output)?;
+    let saved = state::latest::<TrainConfig>(&args.output)?;
     if let Some(saved) = &saved {
         let differences = saved.state.config.differences(&config);
         if !differences.is_empty() {
@@ -287,8 +269,8 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         max_positions: base.config.max_positions(),
         max_tokens: args.max_tokens,
     };
-    let (train, _, skipped) = data::examples(&train_records, &base.tokenizer, limits)?;
-    let (valid, valid_families, _) = data::examples(&valid_records, &base.tokenizer, limits)?;
+    let (train, _, skipped) = examples::examples(&train_records, &base.tokenizer, limits)?;
+    let (valid, valid_families, _) = examples::examples(&valid_records, &base.tokenizer, limits)?;
     let (valid, valid_families) =
         sample_valid(valid, valid_families, args.valid_records, args.seed);
     if train.is_empty() || valid.is_empty() {
@@ -345,7 +327,12 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         run.state.best_loss = first.loss;
         run.state.history.push(first);
         save_best(&args.output, &base, &trainable, &config, &run.state, dtype)?;
-        state::save(&args.output, &run.state, &trainable, &run.optimiser)?;
+        state::save(
+            &args.output,
+            &run.state,
+            &trainable.tensors()?,
+            &run.optimiser.state(trainable.vars()),
+        )?;
     }
 
     let bar = progress(config.steps, run.state.step);
@@ -406,7 +393,12 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
                 run.state.best_step = step;
                 save_best(&args.output, &base, &trainable, &config, &run.state, dtype)?;
             }
-            state::save(&args.output, &run.state, &trainable, &run.optimiser)?;
+            state::save(
+                &args.output,
+                &run.state,
+                &trainable.tensors()?,
+                &run.optimiser.state(trainable.vars()),
+            )?;
             if !better {
                 // The history in decision.json follows the run even when the weights do not.
                 refresh_history(&args.output, &run.state)?;
@@ -433,6 +425,10 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn lengths(train: &[Example]) -> Vec<usize> {
+    train.iter().map(|e| e.packed.len()).collect()
+}
+
 /// Steps between progress lines when stderr is not a terminal.
 const LOG_EVERY: u64 = 10;
 
@@ -451,7 +447,7 @@ struct Stream {
 impl Stream {
     fn new(train: &[Example], state: &RunState, budget: usize, seed: u64) -> Self {
         Self {
-            batches: data::epoch_batches(train, seed, state.epoch, budget),
+            batches: data::epoch_batches(&lengths(train), seed, state.epoch, budget),
             budget,
             seed,
         }
@@ -461,33 +457,12 @@ impl Stream {
         if state.cursor >= self.batches.len() {
             state.epoch += 1;
             state.cursor = 0;
-            self.batches = data::epoch_batches(train, self.seed, state.epoch, self.budget);
+            self.batches =
+                data::epoch_batches(&lengths(train), self.seed, state.epoch, self.budget);
         }
         let batch = self.batches[state.cursor].clone();
         state.cursor += 1;
         batch
-    }
-}
-
-fn parse_cap(text: &str) -> Result<(String, usize), String> {
-    let (source, cap) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?}: expected SOURCE=N, for instance clinc150=6000"))?;
-    let source: TrainingSource = source.parse().map_err(|e| format!("{e}"))?;
-    let cap = cap
-        .parse()
-        .map_err(|_| format!("{text:?}: the cap must be a whole number"))?;
-    Ok((source.as_str().to_owned(), cap))
-}
-
-fn parse_sources(names: &[String]) -> anyhow::Result<Vec<TrainingSource>> {
-    match names {
-        [only] if only == "all" => Ok(TrainingSource::ALL.to_vec()),
-        [only] if only == "none" => Ok(Vec::new()),
-        names => names
-            .iter()
-            .map(|n| n.parse::<TrainingSource>().map_err(anyhow::Error::from))
-            .collect(),
     }
 }
 
@@ -627,42 +602,6 @@ fn validate(
 
 fn argmax(values: &[f64]) -> usize {
     ruling_calibration::argmax(values).unwrap_or(0)
-}
-
-fn log_validation(entry: &Validation) {
-    let families: Vec<String> = entry
-        .families
-        .iter()
-        .map(|(f, a)| format!("{f} {a:.3}"))
-        .collect();
-    eprintln!(
-        "step {:>5}: validation loss {:.4}, accuracy {:.3}, ECE {:.3}, coverage@5% {:.3} over {} \
-         questions{}; {}",
-        entry.step,
-        entry.loss,
-        entry.accuracy,
-        entry.expected_calibration_error,
-        entry.coverage_at_5pct_error,
-        entry.questions,
-        entry
-            .train_loss
-            .map(|l| format!(", train loss {l:.4}"))
-            .unwrap_or_default(),
-        families.join(", ")
-    );
-}
-
-fn progress(total: u64, done: u64) -> ProgressBar {
-    let bar = ProgressBar::new(total).with_position(done);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix} [{bar:30}] {pos}/{len} steps  {msg}  {elapsed_precise} ETA {eta_precise}",
-        )
-        .expect("a valid template")
-        .progress_chars("=> "),
-    );
-    bar.set_prefix("training");
-    bar
 }
 
 /// Write the current weights as the run's checkpoint: tokenizer and config copied from the

@@ -1,4 +1,4 @@
-//! Records into training examples: gathered, checked, split, packed, and batched.
+//! The records every trainer reads: gathered, checked, split, and batched.
 //!
 //! Every input is checked before anything is written: a malformed JSONL line names its file and
 //! line, a record that is not a valid System One request names its id, and a state that appears
@@ -15,8 +15,6 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use ruling_corpus::{HeldOutStates, Record, TrainingOptions, TrainingSource, state_key};
-use ruling_encoder::train::Example;
-use ruling_encoder::{EncoderQuestion, EncoderTokenizer, Limits, PrepareError, prepare};
 use ruling_schema::Capabilities;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -144,102 +142,23 @@ pub fn split(records: Vec<Record>, valid_fraction: f64) -> (Vec<Record>, Vec<Rec
     })
 }
 
-/// What packing the records left out.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Skipped {
-    pub unlabelled: usize,
-    pub too_long: usize,
-    pub weightless: usize,
-}
-
-/// One example per record that has a labelled question, packed exactly as the engine packs it.
-pub fn examples(
-    records: &[Record],
-    tokenizer: &EncoderTokenizer,
-    limits: Limits,
-) -> anyhow::Result<(Vec<Example>, Vec<String>, Skipped)> {
-    let mut out = Vec::with_capacity(records.len());
-    let mut families = Vec::with_capacity(records.len());
-    let mut skipped = Skipped::default();
-    for record in records {
-        if record.weight == 0.0 {
-            skipped.weightless += 1;
-            continue;
-        }
-        let valid = record.validate(&Capabilities::default())?;
-        let mut questions = Vec::new();
-        let mut targets = Vec::new();
-        for question in valid.questions() {
-            let Some(target) = record.target_distribution(question.id()) else {
-                continue;
-            };
-            let Some(encoded) = EncoderQuestion::from_valid(question) else {
-                continue;
-            };
-            let target: Vec<f32> = encoded
-                .options
-                .iter()
-                .map(|(key, _)| target.get(key).copied().unwrap_or(0.0) as f32)
-                .collect();
-            questions.push(encoded);
-            targets.push(target);
-        }
-        if questions.is_empty() {
-            skipped.unlabelled += 1;
-            continue;
-        }
-        let prepared = match prepare(tokenizer, &valid.state().render(), &questions, limits) {
-            Ok(prepared) => prepared,
-            Err(PrepareError::Pack { .. }) => {
-                skipped.too_long += 1;
-                continue;
-            }
-            Err(other) => return Err(other.into()),
-        };
-        let targets = prepared
-            .order
-            .iter()
-            .map(|&q| {
-                prepared.sorted_options[q]
-                    .iter()
-                    .map(|&o| targets[q][o])
-                    .collect()
-            })
-            .collect();
-        let kinds = prepared.order.iter().map(|&q| questions[q].kind).collect();
-        out.push(Example {
-            packed: prepared.packed,
-            targets,
-            kinds,
-            weight: record.weight as f32,
-        });
-        families.push(record.family.clone());
-    }
-    Ok((out, families, skipped))
-}
-
 /// The batches of one epoch, as example indices: a seeded permutation, cut into chunks, each
 /// chunk sorted by length (a batch's attention pads every record to its longest) and cut into
 /// batches of at most `budget` tokens, the batches shuffled. The same seed and epoch always
 /// give the same batches.
-pub fn epoch_batches(
-    examples: &[Example],
-    seed: u64,
-    epoch: u64,
-    budget: usize,
-) -> Vec<Vec<usize>> {
+pub fn epoch_batches(lengths: &[usize], seed: u64, epoch: u64, budget: usize) -> Vec<Vec<usize>> {
     const CHUNK: usize = 1024;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut order: Vec<usize> = (0..examples.len()).collect();
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
     order.shuffle(&mut rng);
     let mut batches = Vec::new();
     for chunk in order.chunks(CHUNK) {
         let mut chunk = chunk.to_vec();
-        chunk.sort_by_key(|&i| (examples[i].packed.len(), i));
+        chunk.sort_by_key(|&i| (lengths[i], i));
         let mut current = Vec::new();
         let mut tokens = 0;
         for i in chunk {
-            let len = examples[i].packed.len();
+            let len = lengths[i];
             if !current.is_empty() && tokens + len > budget {
                 batches.push(std::mem::take(&mut current));
                 tokens = 0;
@@ -258,4 +177,26 @@ pub fn epoch_batches(
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn parse_cap(text: &str) -> Result<(String, usize), String> {
+    let (source, cap) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected SOURCE=N, for instance clinc150=6000"))?;
+    let source: TrainingSource = source.parse().map_err(|e| format!("{e}"))?;
+    let cap = cap
+        .parse()
+        .map_err(|_| format!("{text:?}: the cap must be a whole number"))?;
+    Ok((source.as_str().to_owned(), cap))
+}
+
+pub fn parse_sources(names: &[String]) -> anyhow::Result<Vec<TrainingSource>> {
+    match names {
+        [only] if only == "all" => Ok(TrainingSource::ALL.to_vec()),
+        [only] if only == "none" => Ok(Vec::new()),
+        names => names
+            .iter()
+            .map(|n| n.parse::<TrainingSource>().map_err(anyhow::Error::from))
+            .collect(),
+    }
 }

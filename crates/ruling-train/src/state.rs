@@ -11,11 +11,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use candle_core::{DType, Device, Tensor};
+use indicatif::{ProgressBar, ProgressStyle};
 use ruling_encoder::checkpoint::{safetensors_bytes, write_atomic};
-use ruling_encoder::train::{AdamW, Trainable};
 use serde::{Deserialize, Serialize};
-
-use super::{TrainConfig, Validation};
 
 const RUN_DIR: &str = "run";
 const LATEST: &str = "latest";
@@ -23,10 +21,27 @@ const WEIGHTS: &str = "weights.safetensors";
 const OPTIMISER: &str = "optimiser.safetensors";
 const STATE: &str = "state.json";
 
-/// The trainer's bookkeeping.
+/// One validation's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunState {
-    pub config: TrainConfig,
+pub struct Validation {
+    pub step: u64,
+    pub loss: f64,
+    pub accuracy: f64,
+    pub expected_calibration_error: f64,
+    pub coverage_at_5pct_error: f64,
+    pub questions: usize,
+    /// Accuracy per record family.
+    pub families: std::collections::BTreeMap<String, f64>,
+    #[serde(default)]
+    pub train_loss: Option<f64>,
+    #[serde(default)]
+    pub tokens_per_second: Option<f64>,
+}
+
+/// A trainer's bookkeeping, with the settings `C` that decide its result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState<C> {
+    pub config: C,
     /// Optimiser steps taken.
     pub step: u64,
     /// The data stream: which epoch, and how many of its batches have been used.
@@ -38,8 +53,8 @@ pub struct RunState {
     pub history: Vec<Validation>,
 }
 
-impl RunState {
-    pub fn new(config: TrainConfig) -> Self {
+impl<C> RunState<C> {
+    pub fn new(config: C) -> Self {
         Self {
             config,
             step: 0,
@@ -55,8 +70,8 @@ impl RunState {
 
 /// A saved state, read back.
 #[derive(Debug)]
-pub struct Saved {
-    pub state: RunState,
+pub struct Saved<C> {
+    pub state: RunState<C>,
     pub weights: HashMap<String, Tensor>,
     pub optimiser: HashMap<String, Tensor>,
 }
@@ -68,7 +83,7 @@ pub fn best_weights(output: &Path) -> PathBuf {
 }
 
 /// The state `latest` names, if the output has one.
-pub fn latest(output: &Path) -> anyhow::Result<Option<Saved>> {
+pub fn latest<C: serde::de::DeserializeOwned>(output: &Path) -> anyhow::Result<Option<Saved<C>>> {
     let run = output.join(RUN_DIR);
     let pointer = run.join(LATEST);
     let name = match std::fs::read_to_string(&pointer) {
@@ -93,7 +108,7 @@ pub fn latest(output: &Path) -> anyhow::Result<Option<Saved>> {
             run.display()
         );
     }
-    let state: RunState = serde_json::from_str(
+    let state: RunState<C> = serde_json::from_str(
         &std::fs::read_to_string(dir.join(STATE))
             .with_context(|| format!("reading {}", dir.join(STATE).display()))?,
     )
@@ -110,22 +125,19 @@ pub fn latest(output: &Path) -> anyhow::Result<Option<Saved>> {
 }
 
 /// Save the state at its step and point `latest` at it.
-pub fn save(
+pub fn save<C: Serialize>(
     output: &Path,
-    state: &RunState,
-    trainable: &Trainable,
-    optimiser: &AdamW,
+    state: &RunState<C>,
+    weights: &HashMap<String, Tensor>,
+    optimiser: &HashMap<String, Tensor>,
 ) -> anyhow::Result<()> {
     let run = output.join(RUN_DIR);
     let name = format!("step-{:06}", state.step);
     let dir = run.join(&name);
-    write_atomic(
-        &dir.join(WEIGHTS),
-        &safetensors_bytes(&trainable.tensors()?, DType::F32)?,
-    )?;
+    write_atomic(&dir.join(WEIGHTS), &safetensors_bytes(weights, DType::F32)?)?;
     write_atomic(
         &dir.join(OPTIMISER),
-        &safetensors_bytes(&optimiser.state(trainable.vars()), DType::F32)?,
+        &safetensors_bytes(optimiser, DType::F32)?,
     )?;
     write_atomic(
         &dir.join(STATE),
@@ -141,4 +153,42 @@ pub fn save(
         }
     }
     Ok(())
+}
+
+/// One validation as a log line.
+pub fn log_validation(entry: &Validation) {
+    let families: Vec<String> = entry
+        .families
+        .iter()
+        .map(|(f, a)| format!("{f} {a:.3}"))
+        .collect();
+    eprintln!(
+        "step {:>5}: validation loss {:.4}, accuracy {:.3}, ECE {:.3}, coverage@5% {:.3} over {} \
+         questions{}; {}",
+        entry.step,
+        entry.loss,
+        entry.accuracy,
+        entry.expected_calibration_error,
+        entry.coverage_at_5pct_error,
+        entry.questions,
+        entry
+            .train_loss
+            .map(|l| format!(", train loss {l:.4}"))
+            .unwrap_or_default(),
+        families.join(", ")
+    );
+}
+
+/// The training progress bar, resumed at `done`.
+pub fn progress(total: u64, done: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total).with_position(done);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {pos}/{len} steps  {msg}  {elapsed_precise} ETA {eta_precise}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix("training");
+    bar
 }

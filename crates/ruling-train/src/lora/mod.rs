@@ -1,0 +1,997 @@
+//! `ruling-train lora`: LoRA fine-tuning of a decoder's letter readout (seed
+//! `ruling/train.py`).
+//!
+//! Every labelled question is one example, put to the model exactly as the engine puts it at
+//! inference (`DecoderEngine::question_prompt`: the same system turn, seam, codes and tail),
+//! with its options in a fresh random order each time it is seen: a Choice shuffled, a Noul or
+//! Score either way round. The model reads the whole prompt; only the answer position goes
+//! through the head, and only the shown codes' rows of it. The loss is in [`objective`].
+//!
+//! Only the adapter's A and B matrices train. The base stays as loaded below the lowest
+//! adapted layer; from there up its matrices are dequantized to f32, because candle's
+//! quantized matmul (like its fused norm, rotary and softmax kernels) passes no gradient.
+//!
+//! AdamW, linear warm-up and cosine decay, gradient clipping, length-grouped deterministic
+//! batches; validation (loss, accuracy, ECE, coverage at 5% error) every `--eval-every`
+//! steps, the best adapter by validation loss written atomically; the run state saved at
+//! every validation, so a killed run resumes to bit-identical weights with the same command.
+//! At the end one temperature per answer type is fitted on the validation questions and
+//! written beside the adapter as `calibration.json`, naming the adapter's digest.
+//!
+//! The seed warns that a learning rate of 1e-4 collapses the readout toward uniform answers;
+//! the default is 1e-5 (docs/lora.md has what this trainer measured).
+
+mod objective;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use candle_core::{Device, Tensor, Var};
+use ruling_backend::{DecoderEngine, EngineOptions, QuestionPrompt};
+use ruling_calibration::AnswerType;
+use ruling_candle::lora::{ADAPTER_FORMAT, SplitMix, adapter_bytes};
+use ruling_candle::{
+    Adapter, AdapterMeta, CandleBackend, LoraConfig, LoraWeights, Projection, WeightDtype,
+};
+use ruling_corpus::Record;
+use ruling_encoder::checkpoint::write_atomic;
+use ruling_encoder::train::{AdamW, GroupSettings, schedule};
+use ruling_schema::{Capabilities, QuestionKind, ValidRequest};
+use serde::{Deserialize, Serialize};
+
+use crate::data::{self, DataFile, Sources, parse_cap, parse_sources};
+use crate::state::{self, Validation, log_validation, progress};
+use objective::{Targets, Terms};
+
+type RunState = state::RunState<TrainConfig>;
+
+/// The adapter file in the output directory.
+pub const ADAPTER_FILE: &str = "adapter.safetensors";
+/// The calibration fitted for the adapter, beside it.
+pub const CALIBRATION_FILE: &str = "calibration.json";
+/// The run's settings and validation history, rewritten at every validation.
+pub const TRAINING_FILE: &str = "training.json";
+
+/// Arguments of `ruling-train lora`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoraArgs {
+    /// The decoder to adapt: a catalog name, `hf:org/repo`, a `.gguf` file or a model
+    /// directory, loaded exactly as `ruling-serve --model` loads it.
+    #[arg(long, default_value = "smollm2-135m")]
+    pub base: String,
+    /// Where the adapter goes (and the run state, under `run/`). Rerunning the same command
+    /// resumes a killed run.
+    #[arg(long)]
+    pub output: PathBuf,
+    /// The adapter's name, as its metadata records it.
+    #[arg(long, default_value = "ruling-lora")]
+    pub name: String,
+    /// Training sources from the development side of the datasets (comma-separated, or `all`,
+    /// or `none`): clinc150, hwu64, snips, boolq, sst5, chaosnli-snli, chaosnli-mnli, snli, cb,
+    /// rte, goemotions, medical-abstracts.
+    #[arg(long, default_value = "all", value_delimiter = ',')]
+    pub datasets: Vec<String>,
+    /// At most this many rows of each source (a seeded sample).
+    #[arg(long)]
+    pub per_source: Option<usize>,
+    /// A cap for one source that replaces --per-source for it (repeatable): `clinc150=600`.
+    #[arg(long = "cap", value_parser = parse_cap)]
+    pub caps: Vec<(String, usize)>,
+    /// More training records, as JSONL files of DESIGN.md's record format (repeatable).
+    #[arg(long = "data")]
+    pub data: Vec<PathBuf>,
+    /// The datasets folder [default: `RULING_DATASETS`, else `shared/datasets` beside the
+    /// workspace].
+    #[arg(long)]
+    pub datasets_root: Option<PathBuf>,
+    /// Optimiser steps.
+    #[arg(long, default_value_t = 400)]
+    pub steps: u64,
+    /// Prompt tokens per batch (questions of similar length are batched together).
+    #[arg(long, default_value_t = 2048)]
+    pub batch_tokens: usize,
+    /// Peak learning rate. The seed found 1e-4 collapses the readout toward uniform answers.
+    #[arg(long, default_value_t = 1e-5)]
+    pub learning_rate: f64,
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    /// Steps of linear warm-up.
+    #[arg(long, default_value_t = 40)]
+    pub warmup: u64,
+    /// Gradients are scaled down to this global norm.
+    #[arg(long, default_value_t = 1.0)]
+    pub max_grad_norm: f64,
+    /// Questions whose prompt is longer than this many tokens are left out.
+    #[arg(long, default_value_t = 1024)]
+    pub max_tokens: usize,
+    /// LoRA rank.
+    #[arg(long, default_value_t = 8)]
+    pub rank: usize,
+    /// Multiplies the adapter's update B·A·x.
+    #[arg(long, default_value_t = 20.0)]
+    pub scale: f64,
+    /// Dropout on the adapter's input while training.
+    #[arg(long, default_value_t = 0.0)]
+    pub dropout: f64,
+    /// Projections to adapt (comma-separated): q, k, v, o, gate, up, down.
+    #[arg(long, default_value = "q,k,v,o,gate,up,down", value_delimiter = ',')]
+    pub projections: Vec<String>,
+    /// How many layers from the top carry adapters.
+    #[arg(long, default_value_t = 16)]
+    pub layers: usize,
+    /// Share of the uniform distribution mixed into every target.
+    #[arg(long, default_value_t = 0.0)]
+    pub label_smoothing: f64,
+    /// Weight of the Brier term.
+    #[arg(long, default_value_t = 0.0)]
+    pub brier_weight: f64,
+    /// Weight of the confidence-ranking term.
+    #[arg(long, default_value_t = 0.0)]
+    pub ranking_weight: f64,
+    #[arg(long, default_value_t = 0.05)]
+    pub ranking_margin: f64,
+    /// Share of records (by a hash of the state) held out for validation.
+    #[arg(long, default_value_t = 0.02)]
+    pub valid_fraction: f64,
+    /// At most this many validation questions are scored at each validation.
+    #[arg(long, default_value_t = 300)]
+    pub valid_questions: usize,
+    /// Validate, keep the best adapter and save the run state every this many steps.
+    #[arg(long, default_value_t = 50)]
+    pub eval_every: u64,
+    /// Seeds the data sample, the batches, the option orders, the initial A and the dropout.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Precision of the base's matrices below the adapted layers (auto, native, f32, f16,
+    /// q8_0); the adapted layers are always f32.
+    #[arg(long, default_value = "auto")]
+    pub dtype: String,
+    /// The model cache [default: `RULING_CACHE`, else the platform cache directory].
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// Everything that decides a run's result; a resumed run must match it (the step count may
+/// grow, to continue a finished run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    pub base: String,
+    pub base_model_id: String,
+    pub base_revision: Option<String>,
+    pub name: String,
+    pub lora: LoraConfig,
+    pub datasets: Vec<String>,
+    pub per_source: Option<usize>,
+    pub caps: BTreeMap<String, usize>,
+    pub data: Vec<DataFile>,
+    pub records_sha256: String,
+    pub steps: u64,
+    pub batch_tokens: usize,
+    pub learning_rate: f64,
+    pub weight_decay: f64,
+    pub warmup: u64,
+    pub max_grad_norm: f64,
+    pub max_tokens: usize,
+    pub label_smoothing: f64,
+    pub brier_weight: f64,
+    pub ranking_weight: f64,
+    pub ranking_margin: f64,
+    pub valid_fraction: f64,
+    pub valid_questions: usize,
+    pub eval_every: u64,
+    pub seed: u64,
+    pub dtype: String,
+}
+
+impl TrainConfig {
+    /// The fields `other` sets differently, `steps` aside (exact comparison, floats too).
+    #[allow(clippy::float_cmp)]
+    fn differences(&self, other: &TrainConfig) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        macro_rules! compare {
+            ($($field:ident),*) => {
+                $(if self.$field != other.$field { out.push(stringify!($field)); })*
+            };
+        }
+        compare!(
+            base,
+            base_model_id,
+            base_revision,
+            name,
+            lora,
+            datasets,
+            per_source,
+            caps,
+            data,
+            records_sha256,
+            batch_tokens,
+            learning_rate,
+            weight_decay,
+            warmup,
+            max_grad_norm,
+            max_tokens,
+            label_smoothing,
+            brier_weight,
+            ranking_weight,
+            ranking_margin,
+            valid_fraction,
+            valid_questions,
+            eval_every,
+            seed,
+            dtype
+        );
+        out
+    }
+
+    fn terms(&self) -> Terms {
+        Terms {
+            label_smoothing: self.label_smoothing,
+            brier_weight: self.brier_weight,
+            ranking_weight: self.ranking_weight,
+            ranking_margin: self.ranking_margin,
+        }
+    }
+}
+
+/// One labelled question: which record, which question, its weight and family, and the
+/// length of its prompt in canonical order (for grouping batches by length).
+#[derive(Debug, Clone)]
+struct Example {
+    record: usize,
+    question: usize,
+    weight: f32,
+    tokens: usize,
+}
+
+/// Checked requests and their records, and the examples they give.
+struct Side {
+    records: Vec<Record>,
+    requests: Vec<ValidRequest>,
+    examples: Vec<Example>,
+}
+
+#[derive(Debug, Default)]
+struct Skipped {
+    unlabelled: usize,
+    too_wide: usize,
+    too_long: usize,
+    weightless: usize,
+}
+
+pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let lora = LoraConfig {
+        rank: args.rank,
+        scale: args.scale,
+        dropout: args.dropout,
+        projections: args
+            .projections
+            .iter()
+            .map(|p| {
+                Projection::parse(p.trim()).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--projections {p:?}: unknown projection; choose from {}",
+                        Projection::NAMES
+                    )
+                })
+            })
+            .collect::<anyhow::Result<_>>()?,
+        layers: args.layers,
+    };
+    let dtype = WeightDtype::parse(&args.dtype).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--dtype {:?}: expected one of {}",
+            args.dtype,
+            WeightDtype::NAMES
+        )
+    })?;
+    for (flag, value, allowed) in [
+        (
+            "--label-smoothing",
+            args.label_smoothing,
+            (0.0..1.0).contains(&args.label_smoothing),
+        ),
+        (
+            "--brier-weight",
+            args.brier_weight,
+            args.brier_weight >= 0.0,
+        ),
+        (
+            "--ranking-weight",
+            args.ranking_weight,
+            args.ranking_weight >= 0.0,
+        ),
+        (
+            "--learning-rate",
+            args.learning_rate,
+            args.learning_rate > 0.0 && args.learning_rate.is_finite(),
+        ),
+    ] {
+        if !allowed {
+            bail!("{flag} {value} is out of range");
+        }
+    }
+    let datasets = parse_sources(&args.datasets)?;
+    let root = args
+        .datasets_root
+        .clone()
+        .unwrap_or_else(ruling_corpus::default_root);
+
+    let options = ruling_core::Options {
+        dtype,
+        cache_dir: args.cache_dir.clone(),
+        ..ruling_core::Options::default()
+    };
+    let mut backend = ruling_core::load_candle(&args.base, &options)
+        .with_context(|| format!("loading the base {}", args.base))?;
+    let config = backend.decoder().config().clone();
+    let problems = lora.problems(&config);
+    if !problems.is_empty() {
+        bail!(
+            "the LoRA layout does not fit {}: {}",
+            args.base,
+            problems.join("; ")
+        );
+    }
+    let first = lora.first_layer(config.num_layers);
+    backend.dequantize_from(first)?;
+    let base_model = backend.base_model();
+    let engine = DecoderEngine::new(backend, EngineOptions::default(), None)
+        .context("the base does not keep the engine's prompt contract")?;
+
+    let gathered = data::gather(&Sources {
+        root,
+        datasets: datasets.clone(),
+        per_source: args.per_source,
+        caps: args.caps.iter().cloned().collect(),
+        files: args.data.clone(),
+        seed: args.seed,
+    })?;
+    let run_config = TrainConfig {
+        base: args.base.clone(),
+        base_model_id: base_model.model_id.clone(),
+        base_revision: base_model.revision.clone(),
+        name: args.name.clone(),
+        lora: lora.clone(),
+        datasets: datasets.iter().map(ToString::to_string).collect(),
+        per_source: args.per_source,
+        caps: args.caps.iter().cloned().collect(),
+        data: gathered.files.clone(),
+        records_sha256: gathered.records_sha256.clone(),
+        steps: args.steps,
+        batch_tokens: args.batch_tokens.max(1),
+        learning_rate: args.learning_rate,
+        weight_decay: args.weight_decay,
+        warmup: args.warmup,
+        max_grad_norm: args.max_grad_norm,
+        max_tokens: args.max_tokens,
+        label_smoothing: args.label_smoothing,
+        brier_weight: args.brier_weight,
+        ranking_weight: args.ranking_weight,
+        ranking_margin: args.ranking_margin,
+        valid_fraction: args.valid_fraction,
+        valid_questions: args.valid_questions,
+        eval_every: args.eval_every.max(1),
+        seed: args.seed,
+        dtype: args.dtype.clone(),
+    };
+    let saved = state::latest::<TrainConfig>(&args.output)?;
+    if let Some(saved) = &saved {
+        let differences = saved.state.config.differences(&run_config);
+        if !differences.is_empty() {
+            bail!(
+                "{} holds a run with different {}: resume it with the settings it was started \
+                 with, or choose another --output",
+                args.output.display(),
+                differences.join(", ")
+            );
+        }
+    } else if args.output.join(ADAPTER_FILE).exists() {
+        bail!(
+            "{} already holds an adapter but no run state to resume; choose another --output",
+            args.output.display()
+        );
+    }
+    let families: Vec<String> = gathered
+        .families
+        .iter()
+        .map(|(family, count)| format!("{family} {count}"))
+        .collect();
+    eprintln!(
+        "data: {} records ({})",
+        gathered.records.len(),
+        families.join(", ")
+    );
+    let (train_records, valid_records) = data::split(gathered.records, args.valid_fraction);
+    let (train, skipped) = side(&engine, train_records, args.max_tokens)?;
+    let (mut valid, _) = side(&engine, valid_records, args.max_tokens)?;
+    sample(&mut valid.examples, args.valid_questions, args.seed);
+    if train.examples.is_empty() || valid.examples.is_empty() {
+        bail!(
+            "training needs labelled questions on both sides of the split: {} train and {} \
+             validation",
+            train.examples.len(),
+            valid.examples.len()
+        );
+    }
+    let train_tokens: usize = train.examples.iter().map(|e| e.tokens).sum();
+    eprintln!(
+        "data: {} train questions ({} prompt tokens), {} validation; left out {} unlabelled, \
+         {} wider than one pass, {} over {} tokens, {} with weight 0",
+        train.examples.len(),
+        train_tokens,
+        valid.examples.len(),
+        skipped.unlabelled,
+        skipped.too_wide,
+        skipped.too_long,
+        args.max_tokens,
+        skipped.weightless
+    );
+
+    let device = Device::Cpu;
+    let vars: Vec<(String, Var)> = LoraWeights::init(&lora, &config, args.seed, &device)?
+        .into_iter()
+        .map(|(name, t)| Ok((name, Var::from_tensor(&t)?)))
+        .collect::<candle_core::Result<_>>()?;
+    let trainable: usize = vars.iter().map(|(_, v)| v.elem_count()).sum();
+    eprintln!(
+        "lora: rank {}, scale {}, {} of {} layers, projections {}: {trainable} trainable \
+         parameters",
+        lora.rank,
+        lora.scale,
+        lora.layers,
+        config.num_layers,
+        lora.projections
+            .iter()
+            .map(|p| p.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let (mut run_state, mut optimiser) = match saved {
+        Some(saved) => {
+            eprintln!(
+                "resuming {} from step {}",
+                args.output.display(),
+                saved.state.step
+            );
+            for (name, var) in &vars {
+                let tensor = saved
+                    .weights
+                    .get(name)
+                    .with_context(|| format!("the saved run state lacks {name}"))?;
+                var.set(tensor)?;
+            }
+            let optimiser = AdamW::restore(&vars, &saved.optimiser, saved.state.step)?;
+            let mut state = saved.state;
+            state.config.steps = run_config.steps;
+            (state, optimiser)
+        }
+        None => (RunState::new(run_config.clone()), AdamW::new(&vars)?),
+    };
+    let trainer = Trainer {
+        engine: &engine,
+        config: &run_config,
+        vars: &vars,
+        base_model,
+        output: &args.output,
+    };
+    if run_state.history.is_empty() {
+        let first = trainer.validate(&valid, 0)?;
+        log_validation(&first);
+        run_state.best_loss = first.loss;
+        run_state.history.push(first);
+        trainer.save_best(&run_state)?;
+        trainer.save_state(&run_state, &optimiser)?;
+    }
+
+    let lengths: Vec<usize> = train.examples.iter().map(|e| e.tokens).collect();
+    let mut batches = data::epoch_batches(
+        &lengths,
+        run_config.seed,
+        run_state.epoch,
+        run_config.batch_tokens,
+    );
+    let bar = progress(run_config.steps, run_state.step);
+    let mut window = Vec::new();
+    let mut window_tokens = 0usize;
+    let mut window_started = Instant::now();
+    while run_state.step < run_config.steps {
+        let step = run_state.step + 1;
+        if run_state.cursor >= batches.len() {
+            run_state.epoch += 1;
+            run_state.cursor = 0;
+            batches = data::epoch_batches(
+                &lengths,
+                run_config.seed,
+                run_state.epoch,
+                run_config.batch_tokens,
+            );
+        }
+        let indices = batches[run_state.cursor].clone();
+        run_state.cursor += 1;
+        let (loss, tokens) = trainer.step(&train, &indices, step, &mut optimiser)?;
+        run_state.step = step;
+        run_state.tokens_seen += tokens as u64;
+        window.push(loss);
+        window_tokens += tokens;
+        let rate = window_tokens as f64 / window_started.elapsed().as_secs_f64().max(1e-9);
+        let mean = window.iter().sum::<f64>() / window.len() as f64;
+        bar.set_position(step);
+        bar.set_message(format!("loss {mean:.3}  {rate:.0} tok/s"));
+        if bar.is_hidden() {
+            // No terminal to draw a bar on (a log file): a line per step instead.
+            eprintln!(
+                "step {step:>5}/{}: loss {loss:.4} (mean {mean:.4}), {rate:.0} tokens/s",
+                run_config.steps
+            );
+        }
+        if step % run_config.eval_every == 0 || step == run_config.steps {
+            let mut entry = trainer.validate(&valid, step)?;
+            entry.train_loss = Some(mean);
+            entry.tokens_per_second = Some(rate);
+            bar.suspend(|| log_validation(&entry));
+            let better = entry.loss < run_state.best_loss;
+            run_state.history.push(entry);
+            if better {
+                run_state.best_loss = run_state.history[run_state.history.len() - 1].loss;
+                run_state.best_step = step;
+                trainer.save_best(&run_state)?;
+            }
+            trainer.save_state(&run_state, &optimiser)?;
+            window.clear();
+            window_tokens = 0;
+            window_started = Instant::now();
+        }
+    }
+    bar.finish_and_clear();
+    trainer.calibrate(&valid)?;
+    eprintln!(
+        "done: best validation loss {:.4} at step {} ({} steps, {} tokens, {:.0?}); adapter in {}",
+        run_state.best_loss,
+        run_state.best_step,
+        run_state.step,
+        run_state.tokens_seen,
+        started.elapsed(),
+        args.output.join(ADAPTER_FILE).display()
+    );
+    Ok(())
+}
+
+/// Checked records and one example per labelled question a single pass can show.
+fn side(
+    engine: &DecoderEngine<CandleBackend>,
+    records: Vec<Record>,
+    max_tokens: usize,
+) -> anyhow::Result<(Side, Skipped)> {
+    let mut skipped = Skipped::default();
+    let mut requests = Vec::with_capacity(records.len());
+    let mut examples = Vec::new();
+    for (index, record) in records.iter().enumerate() {
+        let valid = record.validate(&Capabilities::default())?;
+        for (q, question) in valid.questions().iter().enumerate() {
+            if record.weight == 0.0 {
+                skipped.weightless += 1;
+                continue;
+            }
+            if matches!(question.kind(), QuestionKind::Box { .. })
+                || record.target_distribution(question.id()).is_none()
+            {
+                skipped.unlabelled += 1;
+                continue;
+            }
+            let n = option_count(question.kind());
+            if n > engine.max_options_per_pass() {
+                skipped.too_wide += 1;
+                continue;
+            }
+            let order: Vec<usize> = (0..n).collect();
+            let prompt = engine
+                .question_prompt(valid.state(), question.kind(), &order)
+                .with_context(|| format!("rendering {} {}", record.display_id(), question.id()))?;
+            if prompt.tokens.len() > max_tokens {
+                skipped.too_long += 1;
+                continue;
+            }
+            examples.push(Example {
+                record: index,
+                question: q,
+                weight: record.weight as f32,
+                tokens: prompt.tokens.len(),
+            });
+        }
+        requests.push(valid);
+    }
+    Ok((
+        Side {
+            records,
+            requests,
+            examples,
+        },
+        skipped,
+    ))
+}
+
+fn option_count(kind: &QuestionKind) -> usize {
+    match kind {
+        QuestionKind::Noul { .. } => 2,
+        QuestionKind::Score { levels, .. } => levels.len(),
+        QuestionKind::Choice { options, .. } => options.len(),
+        QuestionKind::Box { .. } => 0,
+    }
+}
+
+/// Keep a seeded sample of at most `limit` examples, in their original order.
+fn sample(examples: &mut Vec<Example>, limit: usize, seed: u64) {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    if examples.len() <= limit {
+        return;
+    }
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+    order.truncate(limit);
+    order.sort_unstable();
+    *examples = order.into_iter().map(|i| examples[i].clone()).collect();
+}
+
+/// A random presentation of a question with `n` options: a shuffle for a Choice, either
+/// direction for a Noul or Score; the same for the same seed, step and slot.
+fn presentation(kind: &QuestionKind, n: usize, seed: u64, step: u64, slot: usize) -> Vec<usize> {
+    let mut rng = SplitMix(
+        seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ (slot as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
+    );
+    let mut order: Vec<usize> = (0..n).collect();
+    match kind {
+        QuestionKind::Choice { .. } => {
+            for i in (1..n).rev() {
+                let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+                order.swap(i, j);
+            }
+        }
+        _ => {
+            if rng.next_u64() & 1 == 1 {
+                order.reverse();
+            }
+        }
+    }
+    order
+}
+
+/// What every step and validation needs.
+struct Trainer<'a> {
+    engine: &'a DecoderEngine<CandleBackend>,
+    config: &'a TrainConfig,
+    vars: &'a [(String, Var)],
+    base_model: ruling_candle::BaseModel,
+    output: &'a Path,
+}
+
+/// Prompts of a batch and their targets over the shown order.
+struct Rendered {
+    rows: Vec<Vec<u32>>,
+    codes: Vec<u32>,
+    targets: Targets,
+    kinds: Vec<AnswerType>,
+    families: Vec<String>,
+}
+
+impl Trainer<'_> {
+    fn weights(&self, detached: bool) -> anyhow::Result<LoraWeights> {
+        let tensors: HashMap<String, Tensor> = self
+            .vars
+            .iter()
+            .map(|(name, var)| {
+                let t = var.as_tensor();
+                (name.clone(), if detached { t.detach() } else { t.clone() })
+            })
+            .collect();
+        LoraWeights::from_tensors(
+            &self.config.lora,
+            self.engine.backend().decoder().config(),
+            &tensors,
+        )
+        .map_err(|problems| anyhow::anyhow!("the adapter does not fit: {}", problems.join("; ")))
+    }
+
+    /// Render `indices` of `side`, each in the order `order` gives it.
+    fn render(
+        &self,
+        side: &Side,
+        indices: &[usize],
+        order: impl Fn(&QuestionKind, usize, usize) -> Vec<usize>,
+    ) -> anyhow::Result<Rendered> {
+        let mut prompts: Vec<QuestionPrompt> = Vec::with_capacity(indices.len());
+        let mut targets = Vec::with_capacity(indices.len());
+        let mut weights = Vec::with_capacity(indices.len());
+        let mut kinds = Vec::with_capacity(indices.len());
+        let mut families = Vec::with_capacity(indices.len());
+        for (slot, &i) in indices.iter().enumerate() {
+            let example = &side.examples[i];
+            let record = &side.records[example.record];
+            let request = &side.requests[example.record];
+            let question = &request.questions()[example.question];
+            let kind = question.kind();
+            let n = option_count(kind);
+            let prompt =
+                self.engine
+                    .question_prompt(request.state(), kind, &order(kind, n, slot))?;
+            let target = record
+                .target_distribution(question.id())
+                .context("a labelled question lost its target")?;
+            targets.push(
+                prompt
+                    .keys
+                    .iter()
+                    .map(|k| target.get(k).copied().unwrap_or(0.0) as f32)
+                    .collect(),
+            );
+            weights.push(example.weight);
+            kinds.push(match kind {
+                QuestionKind::Noul { .. } => AnswerType::Noul,
+                QuestionKind::Score { .. } => AnswerType::Score,
+                _ => AnswerType::Choice,
+            });
+            families.push(record.family.clone());
+            prompts.push(prompt);
+        }
+        let widest = prompts
+            .iter()
+            .max_by_key(|p| p.codes.len())
+            .context("an empty batch")?;
+        let codes = widest.codes.clone();
+        let counts = prompts.iter().map(|p| p.codes.len()).collect();
+        Ok(Rendered {
+            rows: prompts.into_iter().map(|p| p.tokens).collect(),
+            codes,
+            targets: Targets {
+                counts,
+                targets,
+                weights,
+            },
+            kinds,
+            families,
+        })
+    }
+
+    /// One optimiser step on a batch; returns its loss and prompt tokens.
+    fn step(
+        &self,
+        train: &Side,
+        indices: &[usize],
+        step: u64,
+        optimiser: &mut AdamW,
+    ) -> anyhow::Result<(f64, usize)> {
+        let seed = self.config.seed;
+        let batch = self.render(train, indices, |kind, n, slot| {
+            presentation(kind, n, seed, step, slot)
+        })?;
+        let weights = self.weights(false)?;
+        let dropout = (self.config.lora.dropout > 0.0)
+            .then(|| seed ^ step.wrapping_mul(0xA076_1D64_78BD_642F));
+        let logits = self.engine.backend().decoder().train_code_logits(
+            &batch.rows,
+            &batch.codes,
+            &weights,
+            dropout,
+        )?;
+        let loss = objective::loss(&logits, &batch.targets, &self.config.terms())?;
+        let grads = loss.backward()?;
+        let rate = schedule(
+            self.config.learning_rate,
+            step,
+            self.config.warmup,
+            self.config.steps,
+        );
+        optimiser.update(self.vars, &grads, self.config.max_grad_norm, |_| {
+            GroupSettings {
+                learning_rate: rate,
+                weight_decay: self.config.weight_decay,
+            }
+        })?;
+        let tokens = batch.rows.iter().map(Vec::len).sum();
+        Ok((f64::from(loss.to_scalar::<f32>()?), tokens))
+    }
+
+    /// Each validation question's log-probabilities over its options in canonical order,
+    /// with its target, type and family.
+    fn score(&self, valid: &Side) -> anyhow::Result<Vec<Scored>> {
+        let weights = self.weights(true)?;
+        let decoder = self.engine.backend().decoder();
+        let mut out = Vec::with_capacity(valid.examples.len());
+        let mut order: Vec<usize> = (0..valid.examples.len()).collect();
+        order.sort_by_key(|&i| (valid.examples[i].tokens, i));
+        let mut start = 0;
+        while start < order.len() {
+            let mut end = start;
+            let mut tokens = 0;
+            while end < order.len()
+                && (end == start || tokens + valid.examples[order[end]].tokens <= 4096)
+            {
+                tokens += valid.examples[order[end]].tokens;
+                end += 1;
+            }
+            let indices = &order[start..end];
+            let batch = self.render(valid, indices, |_, n, _| (0..n).collect())?;
+            let logits = decoder.train_code_logits(&batch.rows, &batch.codes, &weights, None)?;
+            let log_probs: Vec<Vec<f32>> =
+                objective::log_probs(&logits, &batch.targets.counts)?.to_vec2()?;
+            let losses: Vec<f32> = objective::cross_entropy(
+                &objective::log_probs(&logits, &batch.targets.counts)?,
+                &batch.targets,
+            )?
+            .to_vec1()?;
+            let raw: Vec<Vec<f32>> = logits.to_vec2()?;
+            for (row, &n) in batch.targets.counts.iter().enumerate() {
+                out.push(Scored {
+                    log_probs: log_probs[row][..n].to_vec(),
+                    logits: raw[row][..n].to_vec(),
+                    target: batch.targets.targets[row][..n].to_vec(),
+                    loss: losses[row],
+                    kind: batch.kinds[row],
+                    family: batch.families[row].clone(),
+                });
+            }
+            start = end;
+        }
+        Ok(out)
+    }
+
+    fn validate(&self, valid: &Side, step: u64) -> anyhow::Result<Validation> {
+        let scored = self.score(valid)?;
+        let mut confidences = Vec::with_capacity(scored.len());
+        let mut correct = Vec::with_capacity(scored.len());
+        let mut per_family: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for s in &scored {
+            let predicted = objective::argmax(&s.log_probs);
+            let right = predicted == objective::argmax(&s.target);
+            confidences.push(f64::from(s.log_probs[predicted]).exp());
+            correct.push(right);
+            let entry = per_family.entry(s.family.clone()).or_default();
+            entry.0 += usize::from(right);
+            entry.1 += 1;
+        }
+        let n = scored.len().max(1) as f64;
+        Ok(Validation {
+            step,
+            loss: scored.iter().map(|s| f64::from(s.loss)).sum::<f64>() / n,
+            accuracy: correct.iter().filter(|c| **c).count() as f64 / n,
+            expected_calibration_error: ruling_calibration::expected_calibration_error(
+                &confidences,
+                &correct,
+                10,
+            )?,
+            coverage_at_5pct_error: ruling_calibration::coverage_at_error(
+                &confidences,
+                &correct,
+                0.05,
+            )?,
+            questions: scored.len(),
+            families: per_family
+                .into_iter()
+                .map(|(f, (right, total))| (f, right as f64 / total.max(1) as f64))
+                .collect(),
+            train_loss: None,
+            tokens_per_second: None,
+        })
+    }
+
+    fn tensors(&self) -> Vec<(String, Tensor)> {
+        self.vars
+            .iter()
+            .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
+            .collect()
+    }
+
+    /// Write the current weights as the adapter (and the run's copy of the best weights).
+    fn save_best(&self, state: &RunState) -> anyhow::Result<()> {
+        let tensors = self.tensors();
+        let map: HashMap<String, Tensor> = tensors.iter().cloned().collect();
+        write_atomic(
+            &state::best_weights(self.output),
+            &ruling_encoder::checkpoint::safetensors_bytes(&map, candle_core::DType::F32)?,
+        )?;
+        let meta = AdapterMeta {
+            format: ADAPTER_FORMAT,
+            name: self.config.name.clone(),
+            lora: self.config.lora.clone(),
+            base: self.base_model.clone(),
+            training: serde_json::json!({
+                "config": self.config,
+                "step": state.step,
+                "validation": state.history.last(),
+            }),
+        };
+        write_atomic(
+            &self.output.join(ADAPTER_FILE),
+            &adapter_bytes(&meta, &tensors)?,
+        )?;
+        Ok(())
+    }
+
+    fn save_state(&self, state: &RunState, optimiser: &AdamW) -> anyhow::Result<()> {
+        let weights: HashMap<String, Tensor> = self.tensors().into_iter().collect();
+        state::save(self.output, state, &weights, &optimiser.state(self.vars))?;
+        let record = serde_json::json!({
+            "config": state.config,
+            "best_step": state.best_step,
+            "steps_run": state.step,
+            "tokens_seen": state.tokens_seen,
+            "history": state.history,
+        });
+        write_atomic(
+            &self.output.join(TRAINING_FILE),
+            format!("{}\n", serde_json::to_string_pretty(&record)?).as_bytes(),
+        )?;
+        Ok(())
+    }
+
+    /// Fit one temperature per answer type on the validation questions, read through the
+    /// written adapter, and write them beside it with the adapter's digest.
+    fn calibrate(&self, valid: &Side) -> anyhow::Result<()> {
+        use ruling_calibration::{
+            CHI_SQUARED_1_95, Calibration, FitOptions, LabelledLogits, Provenance, Target,
+            fit_temperatures_with,
+        };
+        // The adapter as the server will load it: refused here if it would be refused there.
+        let adapter = Adapter::load(&self.output.join(ADAPTER_FILE))?;
+        adapter.weights_for(self.engine.backend().decoder().config(), &self.base_model)?;
+        let best = candle_core::safetensors::load(state::best_weights(self.output), &Device::Cpu)?;
+        for (name, var) in self.vars {
+            let tensor = best
+                .get(name)
+                .with_context(|| format!("the best weights lack {name}"))?;
+            var.set(tensor)?;
+        }
+        let scored = self.score(valid)?;
+        let samples: Vec<(AnswerType, LabelledLogits)> = scored
+            .into_iter()
+            .map(|s| {
+                (
+                    s.kind,
+                    LabelledLogits {
+                        logits: s.logits.iter().map(|&l| f64::from(l)).collect(),
+                        target: Target::Soft(s.target.iter().map(|&t| f64::from(t)).collect()),
+                    },
+                )
+            })
+            .collect();
+        let fit = fit_temperatures_with(
+            &samples,
+            &FitOptions {
+                min_likelihood_ratio: CHI_SQUARED_1_95,
+            },
+        )?;
+        let provenance = Provenance {
+            model_id: self.base_model.model_id.clone(),
+            revision: self.base_model.revision.clone(),
+            rotations: EngineOptions::default().rotations,
+            prior: EngineOptions::default().prior,
+            adapter_digest: Some(adapter.digest.clone()),
+        };
+        let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        let calibration = Calibration::from_fit(provenance, fit, Some(created));
+        calibration.save(self.output.join(CALIBRATION_FILE))?;
+        eprintln!(
+            "calibration: temperatures noul {:.3}, choice {:.3}, score {:.3} from {} validation \
+             questions",
+            calibration.temperature(AnswerType::Noul),
+            calibration.temperature(AnswerType::Choice),
+            calibration.temperature(AnswerType::Score),
+            samples.len()
+        );
+        Ok(())
+    }
+}
+
+/// One validation question, scored.
+struct Scored {
+    log_probs: Vec<f32>,
+    logits: Vec<f32>,
+    target: Vec<f32>,
+    loss: f32,
+    kind: AnswerType,
+    family: String,
+}
