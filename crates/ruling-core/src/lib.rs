@@ -35,15 +35,22 @@
 //! ```
 //!
 //! [`Ruling`] is `Send + Sync`: one loaded model serves concurrent callers.
+//!
+//! A decoder on the candle backend can also answer through LoRA adapters: one adapted model
+//! with [`Options::adapter`], or the base beside several adapters, its weights loaded once,
+//! with [`Ruling::load_with_adapters`] (`adapter.rs`).
+
+mod adapter;
 
 use std::path::{Path, PathBuf};
 
+pub use adapter::{ADAPTER_CALIBRATION_FILE, AdapterCalibration, AdapterChoice, AdapterInfo};
 pub use ruling_backend::{AdaptiveRotations, ChatMessage, Finish, Role, Sampling};
 use ruling_backend::{
     BackendError, DecoderEngine, Engine, EngineError, EngineInfo, EngineOptions, Generator,
 };
 use ruling_calibration::{Calibration, CalibrationError};
-use ruling_candle::{CandleBackend, LoadError, LoadOptions, WeightDtype};
+use ruling_candle::{Adapter, AdapterError, CandleBackend, LoadError, LoadOptions, WeightDtype};
 use ruling_encoder::{EncoderEngine, EncoderError, EncoderOptions};
 use ruling_models::{LocalModel, ModelSpec, PullError, PullOptions, SpecError};
 use ruling_schema::{SystemOneRequest, SystemOneResponse, ValidRequest, ValidationErrors};
@@ -109,13 +116,19 @@ pub struct Options {
     /// Subtract the content-free prior of each option count (off by default; see
     /// `ruling_backend::EngineOptions::prior` for the measurements behind that).
     pub prior: bool,
-    /// A calibration file fitted for this model and these settings.
+    /// A calibration file fitted for this model and these settings (the base's, when
+    /// adapters are served beside it; an adapter's is [`AdapterChoice::calibration`]).
     pub calibration: Option<PathBuf>,
+    /// Answer through this LoRA adapter over the base (candle backend only): [`Ruling::load`]
+    /// then loads the adapted model alone, served under the adapter's name and calibrated by
+    /// its own calibration, so `calibration` must be left unset.
+    pub adapter: Option<AdapterChoice>,
     /// The precision matrices are kept at.
     pub dtype: WeightDtype,
     /// The model cache (default: `RULING_CACHE`, else the platform cache directory).
     pub cache_dir: Option<PathBuf>,
-    /// The name responses carry (default: the model spec).
+    /// The name responses carry (default: the model's id). Adapters are served under their
+    /// own names.
     pub served_name: Option<String>,
     /// Longest prefix plus branch, in tokens (default: the model's own limit).
     pub max_context: Option<usize>,
@@ -140,6 +153,7 @@ impl Default for Options {
             rotations: 1,
             prior: false,
             calibration: None,
+            adapter: None,
             dtype: WeightDtype::Auto,
             cache_dir: None,
             served_name: None,
@@ -194,17 +208,48 @@ pub enum CoreError {
         "{model} is a decision encoder: it answers questions but cannot write text; use a decoder"
     )]
     CannotWrite { model: String },
+    /// An adapter file that cannot be read or does not fit the base.
+    #[error(transparent)]
+    Adapter(#[from] AdapterError),
+    /// Loading one adapter failed; `source` says why.
+    #[error("adapter {name}: {source}")]
+    ForAdapter {
+        name: String,
+        #[source]
+        source: Box<CoreError>,
+    },
+    /// An adapter's calibration was fitted for something else (another adapter, model or
+    /// settings); the source names the field that differs.
+    #[error("adapter {name}: the calibration {} does not fit it: {source}", path.display())]
+    AdapterCalibration {
+        name: String,
+        path: PathBuf,
+        #[source]
+        source: CalibrationError,
+    },
+    /// Adapters asked of a model or backend without a LoRA path.
+    #[error("LoRA adapters run on the candle backend over a decoder, but {given}")]
+    AdaptersNeedCandle { given: String },
+    /// An adapter name that cannot be served.
+    #[error("adapter name {name:?}: {problem}")]
+    AdapterName { name: String, problem: String },
+    /// Two settings that cannot both hold with adapters.
+    #[error("{0}")]
+    AdapterConflict(&'static str),
 }
 
 /// A loaded model with its engine, ready to answer requests.
 pub struct Ruling {
     engine: Box<dyn Engine>,
+    /// The LoRA adapter every forward pass applies, if any.
+    adapter: Option<AdapterInfo>,
 }
 
 impl std::fmt::Debug for Ruling {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ruling")
             .field("info", self.engine.info())
+            .field("adapter", &self.adapter)
             .finish()
     }
 }
@@ -213,17 +258,25 @@ impl Ruling {
     /// Load a model spec, pulling it into the cache first if needed, and build its engine: a
     /// decision encoder for `encoder:PATH` or any directory holding a trained decision
     /// checkpoint (`decision.json`), the decoder engine for everything else (a catalog name,
-    /// `hf:org/repo[@rev]`, a `.gguf` file or a model directory).
+    /// `hf:org/repo[@rev]`, a `.gguf` file or a model directory). With
+    /// [`Options::adapter`], the decoder answers through that adapter (candle only).
     pub fn load(spec: &str, options: &Options) -> Result<Self, CoreError> {
+        if let Some(choice) = &options.adapter {
+            if options.calibration.is_some() {
+                return Err(CoreError::AdapterConflict(
+                    "Options::calibration is the base model's; give the adapter's calibration \
+                     in AdapterChoice::calibration",
+                ));
+            }
+            adapter::check_names(None, std::slice::from_ref(choice))?;
+            let base = adapter::adapter_base(spec, options)?;
+            return adapter::adapted(&base, choice, options);
+        }
         if let Some(path) = spec.strip_prefix(ENCODER_PREFIX) {
             return Self::load_encoder(Path::new(path), options);
         }
         let model = Pulled::pull(spec, options)?;
-        if model
-            .path
-            .join(ruling_encoder::checkpoint::META_FILE)
-            .is_file()
-        {
+        if model.is_encoder() {
             return Self::load_encoder(&model.path, options);
         }
         match options.backend {
@@ -233,6 +286,44 @@ impl Ruling {
             #[cfg(not(feature = "llama-cpp"))]
             DecoderBackend::Llama => Err(CoreError::LlamaNotBuilt),
         }
+    }
+
+    /// The base and every adapter in `adapters`, each its own `Ruling` (the base first, then
+    /// the adapters in order) over one load of the base's weights: what a server answering for
+    /// several adapters holds. Each adapted model has its own engine and prefix cache, is
+    /// served under its [`AdapterChoice::name`] and calibrated by its
+    /// [`AdapterChoice::calibration`]; `options.calibration` is the base's. Names must be
+    /// non-empty, unique and other than the base's served name. Without adapters this is
+    /// [`Ruling::load`] (any model, any backend); with them the base must be a decoder on the
+    /// candle backend.
+    pub fn load_with_adapters(
+        spec: &str,
+        options: &Options,
+        adapters: &[AdapterChoice],
+    ) -> Result<Vec<Self>, CoreError> {
+        if options.adapter.is_some() {
+            return Err(CoreError::AdapterConflict(
+                "Options::adapter loads one adapted model alone; list every adapter served \
+                 beside the base in `adapters` instead",
+            ));
+        }
+        if adapters.is_empty() {
+            return Ok(vec![Self::load(spec, options)?]);
+        }
+        let base = adapter::adapter_base(spec, options)?;
+        let base_name = options
+            .served_name
+            .clone()
+            .unwrap_or_else(|| ruling_backend::Backend::info(&base).model_id.clone());
+        adapter::check_names(Some(&base_name), adapters)?;
+        let adapted = adapters
+            .iter()
+            .map(|choice| adapter::adapted(&base, choice, options))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut all = Vec::with_capacity(adapted.len() + 1);
+        all.push(Self::decoder(base, options)?);
+        all.extend(adapted);
+        Ok(all)
     }
 
     /// A decoder backend under [`DecoderEngine`], with the options' calibration.
@@ -245,19 +336,11 @@ impl Ruling {
             .as_ref()
             .map(Calibration::load)
             .transpose()?;
-        let engine_options = EngineOptions {
-            rotations: options.rotations,
-            prior: options.prior,
-            max_request_tokens: options.max_request_tokens,
-            served_name: options.served_name.clone(),
-            prefix_cache_bytes: options.prefix_cache_bytes,
-            adaptive: options.adaptive,
-            shared_stems: options.shared_stems,
-            ..EngineOptions::default()
-        };
+        let engine_options = engine_options(options, options.served_name.clone());
         let engine = DecoderEngine::new(backend, engine_options, calibration)?;
         Ok(Self {
             engine: Box::new(engine),
+            adapter: None,
         })
     }
 
@@ -300,16 +383,25 @@ impl Ruling {
         )?;
         Ok(Self {
             engine: Box::new(engine),
+            adapter: None,
         })
     }
 
     /// Wrap an engine built elsewhere (another backend, a test double).
     pub fn from_engine(engine: Box<dyn Engine>) -> Self {
-        Self { engine }
+        Self {
+            engine,
+            adapter: None,
+        }
     }
 
     pub fn info(&self) -> &EngineInfo {
         self.engine.info()
+    }
+
+    /// The LoRA adapter this model answers through, if any.
+    pub fn adapter(&self) -> Option<&AdapterInfo> {
+        self.adapter.as_ref()
     }
 
     /// What a calibration of the loaded engine must have been fitted for.
@@ -346,6 +438,20 @@ pub fn load_candle(spec: &str, options: &Options) -> Result<CandleBackend, CoreE
     Pulled::pull(spec, options)?.candle(options)
 }
 
+/// The engine settings `options` asks for, serving under `served_name`.
+fn engine_options(options: &Options, served_name: Option<String>) -> EngineOptions {
+    EngineOptions {
+        rotations: options.rotations,
+        prior: options.prior,
+        max_request_tokens: options.max_request_tokens,
+        served_name,
+        prefix_cache_bytes: options.prefix_cache_bytes,
+        adaptive: options.adaptive,
+        shared_stems: options.shared_stems,
+        ..EngineOptions::default()
+    }
+}
+
 /// A model spec pulled into the cache, with the identity its backend reports.
 struct Pulled {
     path: PathBuf,
@@ -371,6 +477,13 @@ impl Pulled {
             model_id,
             revision,
         })
+    }
+
+    /// Whether the spec names a trained decision checkpoint directory.
+    fn is_encoder(&self) -> bool {
+        self.path
+            .join(ruling_encoder::checkpoint::META_FILE)
+            .is_file()
     }
 
     fn candle(&self, options: &Options) -> Result<CandleBackend, CoreError> {
@@ -442,14 +555,25 @@ impl<B: ruling_backend::Backend + Generator> Writes for B {
 
 impl Writer {
     /// Load a decoder model spec (a catalog name, `hf:org/repo[@rev]`, a `.gguf` file or a
-    /// model directory) on the backend `options.backend` names.
+    /// model directory) on the backend `options.backend` names; with [`Options::adapter`],
+    /// the base on candle writing through that adapter.
     pub fn load(spec: &str, options: &Options) -> Result<Self, CoreError> {
+        if let Some(choice) = &options.adapter {
+            let base = adapter::adapter_base(spec, options)?;
+            let adapted = Adapter::load(&choice.path)
+                .and_then(|adapter| base.with_adapter(&adapter))
+                .map_err(|e| CoreError::ForAdapter {
+                    name: choice.name.clone(),
+                    source: Box::new(e.into()),
+                })?;
+            let model_id = ruling_backend::Backend::info(&adapted).model_id.clone();
+            return Ok(Self {
+                backend: Box::new(adapted),
+                model_id,
+            });
+        }
         let model = Pulled::pull(spec, options)?;
-        if model
-            .path
-            .join(ruling_encoder::checkpoint::META_FILE)
-            .is_file()
-        {
+        if model.is_encoder() {
             return Err(CoreError::CannotWrite {
                 model: spec.to_owned(),
             });
