@@ -3,7 +3,8 @@
 //! [`serve`] binds nothing itself: it takes a bound listener, answers `GET /health` at once
 //! (503 until the model is loaded), loads the model on a thread of its own through a
 //! [`Loader`], then starts the engine's worker threads and answers `POST /v1/systemone` and
-//! `GET /v1/models`. The engine's work is blocking and takes 0.1 to 10 s per request, so it
+//! `GET /v1/models`. One process can serve a base and LoRA adapters over it side by side
+//! ([`Loader::from_spec_with_adapters`]): the request's `model` picks which answers. The engine's work is blocking and takes 0.1 to 10 s per request, so it
 //! never runs on the async runtime: requests wait for a worker in a bounded queue, and a full
 //! queue is refused with 429 and `retry-after` instead of letting latency grow without bound.
 //!
@@ -30,4 +31,4 @@ pub use config::{Config, DEFAULT_ALIASES};
 pub use loader::{LoadError, Loaded, Loader, ModelMeta};
 pub use routes::app;
 pub use server::{ServeError, serve, shutdown_signal};
-pub use state::AppState;
+pub use state::{AppState, InstallError};

@@ -1,10 +1,11 @@
-//! How the served model comes to be: a spec pulled and loaded by `ruling-core`, or, for tests
-//! and embedders, any function that returns a [`Ruling`].
+//! How the served model comes to be: a spec pulled and loaded by `ruling-core` (with any LoRA
+//! adapters served beside it), or, for tests and embedders, any function that returns a
+//! [`Ruling`].
 
 use std::path::Path;
 use std::time::{Instant, SystemTime};
 
-use ruling_core::{CoreError, Options, Ruling};
+use ruling_core::{AdapterChoice, CoreError, Options, Ruling};
 use ruling_models::{LocalModel, ModelSpec, ProgressMode, PullOptions};
 
 /// What `GET /v1/models` says about the served model besides its names.
@@ -28,8 +29,23 @@ impl ModelMeta {
 /// A loaded model and what to list about it.
 #[derive(Debug)]
 pub struct Loaded {
+    /// The base model: answers its served name and the aliases.
     pub ruling: Ruling,
     pub meta: ModelMeta,
+    /// Adapted models served beside the base, each under its own name
+    /// ([`Ruling::load_with_adapters`]).
+    pub adapters: Vec<Ruling>,
+}
+
+impl Loaded {
+    /// A model served alone.
+    pub fn alone(ruling: Ruling, meta: ModelMeta) -> Self {
+        Self {
+            ruling,
+            meta,
+            adapters: Vec::new(),
+        }
+    }
 }
 
 /// Why the model could not be loaded.
@@ -66,17 +82,33 @@ impl std::fmt::Debug for Loader {
 impl Loader {
     /// Pull (if needed) and load a model spec with `ruling-core`.
     pub fn from_spec(spec: impl Into<String>, options: Options) -> Self {
+        Self::from_spec_with_adapters(spec, options, Vec::new())
+    }
+
+    /// Pull (if needed) and load a model spec with `ruling-core`, and serve each adapter over
+    /// it under the adapter's name, the base's weights loaded once (candle backend only).
+    pub fn from_spec_with_adapters(
+        spec: impl Into<String>,
+        options: Options,
+        adapters: Vec<AdapterChoice>,
+    ) -> Self {
         let spec = spec.into();
         let describe = spec.clone();
         Self {
             describe,
             load: Box::new(move || {
                 let started = Instant::now();
-                tracing::info!(model = %spec, "loading the model (pulled into the cache first if needed)");
-                let ruling = Ruling::load(&spec, &options).map_err(|source| LoadError::Core {
-                    spec: spec.clone(),
-                    source: Box::new(source),
+                tracing::info!(model = %spec, adapters = adapters.len(), "loading the model (pulled into the cache first if needed)");
+                let mut models = Ruling::load_with_adapters(&spec, &options, &adapters)
+                    .map_err(|source| LoadError::Core {
+                        spec: spec.clone(),
+                        source: Box::new(source),
+                    })?
+                    .into_iter();
+                let ruling = models.next().ok_or_else(|| {
+                    LoadError::Other("ruling-core returned no model for the spec".into())
                 })?;
+                let adapters: Vec<Ruling> = models.collect();
                 tracing::info!(
                     model = %spec,
                     served_name = %ruling.info().model,
@@ -84,8 +116,26 @@ impl Loader {
                     seconds = format_args!("{:.1}", started.elapsed().as_secs_f64()),
                     "model loaded"
                 );
+                for adapted in &adapters {
+                    if let Some(adapter) = adapted.adapter() {
+                        tracing::info!(
+                            name = %adapter.name,
+                            path = %adapter.path.display(),
+                            sha256 = %adapter.digest,
+                            calibration = %adapter
+                                .calibration
+                                .as_ref()
+                                .map_or_else(|| "none".to_owned(), |c| c.display().to_string()),
+                            "adapter loaded"
+                        );
+                    }
+                }
                 let meta = meta_for_spec(&spec, &options);
-                Ok(Loaded { ruling, meta })
+                Ok(Loaded {
+                    ruling,
+                    meta,
+                    adapters,
+                })
             }),
         }
     }
@@ -104,7 +154,7 @@ impl Loader {
     /// A model already loaded.
     pub fn ready(ruling: Ruling, meta: ModelMeta) -> Self {
         let describe = ruling.info().model.clone();
-        Self::from_fn(describe, move || Ok(Loaded { ruling, meta }))
+        Self::from_fn(describe, move || Ok(Loaded::alone(ruling, meta)))
     }
 
     /// What is being loaded, for logs and `/health` while loading.

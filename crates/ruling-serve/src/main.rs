@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve System One v1 over HTTP (what `ruling-serve` alone does).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Fetch, verify and cache a model; print its local path.
     Pull(PullArgs),
 }
@@ -83,6 +83,27 @@ struct ServeArgs {
     /// A calibration file fitted for this model and these settings.
     #[arg(long, env = "RULING_CALIBRATION")]
     calibration: Option<PathBuf>,
+    /// A LoRA adapter served beside the base under NAME: `NAME=PATH` (an adapter file trained
+    /// on this model). Repeat for several (comma-separated in the environment). Needs the
+    /// candle backend.
+    #[arg(
+        long = "adapter",
+        env = "RULING_ADAPTER",
+        value_delimiter = ',',
+        value_name = "NAME=PATH",
+        value_parser = parse_named_path
+    )]
+    adapters: Vec<NamedPath>,
+    /// The calibration adapter NAME answers with: `NAME=FILE` (default: `calibration.json`
+    /// beside the adapter file, when there is one). Repeatable.
+    #[arg(
+        long = "adapter-calibration",
+        env = "RULING_ADAPTER_CALIBRATION",
+        value_delimiter = ',',
+        value_name = "NAME=FILE",
+        value_parser = parse_named_path
+    )]
+    adapter_calibrations: Vec<NamedPath>,
     /// Require `Authorization: Bearer KEY` on /v1/* and /metrics.
     #[arg(long, env = "RULING_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -141,7 +162,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Pull(args)) => pull(args),
-        Some(Command::Serve(args)) => serve(args),
+        Some(Command::Serve(args)) => serve(*args),
         None => serve(cli.serve),
     }
 }
@@ -195,7 +216,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         prefix_cache_bytes: args.prefix_cache_mb.saturating_mul(1 << 20),
         ..ruling_core::Options::default()
     };
-    let loader = Loader::from_spec(args.model, options);
+    let adapters = adapter_choices(args.adapters, args.adapter_calibrations)?;
+    let loader = Loader::from_spec_with_adapters(args.model, options, adapters);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -242,6 +264,80 @@ fn pull(args: PullArgs) -> anyhow::Result<()> {
         println!("{}", model.path().display());
     }
     Ok(())
+}
+
+/// `NAME=PATH` of `--adapter` and `--adapter-calibration`.
+#[derive(Debug, Clone)]
+struct NamedPath {
+    name: String,
+    path: PathBuf,
+}
+
+fn parse_named_path(given: &str) -> Result<NamedPath, String> {
+    let Some((name, path)) = given.split_once('=') else {
+        return Err(format!(
+            "expected NAME=PATH (for instance support=adapters/support.safetensors), got {given:?}"
+        ));
+    };
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("{given:?} has no name before '='"));
+    }
+    if name.chars().any(|c| c.is_whitespace() || c == ',') {
+        return Err(format!(
+            "the name {name:?} may not contain spaces or commas"
+        ));
+    }
+    if path.trim().is_empty() {
+        return Err(format!("{given:?} has no path after '='"));
+    }
+    Ok(NamedPath {
+        name: name.to_owned(),
+        path: PathBuf::from(path),
+    })
+}
+
+/// Each `--adapter` with its `--adapter-calibration`, if one names it. A calibration for a
+/// name no adapter has, or two for one adapter, is refused. Names are checked against each
+/// other and the base's names when the models load.
+fn adapter_choices(
+    adapters: Vec<NamedPath>,
+    calibrations: Vec<NamedPath>,
+) -> anyhow::Result<Vec<ruling_core::AdapterChoice>> {
+    for (i, calibration) in calibrations.iter().enumerate() {
+        if !adapters.iter().any(|a| a.name == calibration.name) {
+            let names: Vec<&str> = adapters.iter().map(|a| a.name.as_str()).collect();
+            bail!(
+                "--adapter-calibration names {:?}, but no --adapter has that name (adapters: {})",
+                calibration.name,
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            );
+        }
+        if calibrations[..i].iter().any(|c| c.name == calibration.name) {
+            bail!(
+                "--adapter-calibration is given twice for {:?}; an adapter answers with one calibration",
+                calibration.name
+            );
+        }
+    }
+    Ok(adapters
+        .into_iter()
+        .map(|adapter| {
+            let calibration = match calibrations.iter().find(|c| c.name == adapter.name) {
+                Some(c) => ruling_core::AdapterCalibration::File(c.path.clone()),
+                None => ruling_core::AdapterCalibration::Beside,
+            };
+            ruling_core::AdapterChoice {
+                name: adapter.name,
+                path: adapter.path,
+                calibration,
+            }
+        })
+        .collect())
 }
 
 /// `--adaptive-margin`: a finite number of nats, 0 or more.

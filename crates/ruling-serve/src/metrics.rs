@@ -14,6 +14,10 @@ use ruling_core::Ruling;
 
 pub(crate) use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
+/// The served models once loaded (the base first, then its adapters), for the collectors
+/// that read the engines' own counters.
+pub(crate) type Models = Arc<OnceLock<Vec<Arc<Ruling>>>>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
     pub route: String,
@@ -59,11 +63,7 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new(
-        queue_capacity: usize,
-        workers: usize,
-        model: Arc<OnceLock<Arc<Ruling>>>,
-    ) -> Self {
+    pub(crate) fn new(queue_capacity: usize, workers: usize, models: Models) -> Self {
         let mut registry = Registry::with_prefix("ruling");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -151,7 +151,7 @@ impl Metrics {
             "1 once the model is loaded and the workers are running",
             model_loaded.clone(),
         );
-        registry.register_collector(Box::new(PrefixCacheCollector { model }));
+        registry.register_collector(Box::new(PrefixCacheCollector { models }));
         Self {
             registry,
             requests,
@@ -194,30 +194,32 @@ pub(crate) struct PrefixCacheStats {
     pub bytes: u64,
 }
 
-/// The engine's own counters (zeros for an engine without a prefix cache).
-fn prefix_cache_stats(ruling: &Ruling) -> PrefixCacheStats {
-    ruling
-        .prefix_cache_stats()
-        .map_or_else(PrefixCacheStats::default, |s| PrefixCacheStats {
-            hits: s.hits,
-            misses: s.misses,
-            entries: s.entries as u64,
-            bytes: s.bytes as u64,
+/// The engines' own counters summed over every served model (each adapter has a prefix
+/// cache of its own; an engine without one counts zeros).
+fn prefix_cache_stats(models: &[Arc<Ruling>]) -> PrefixCacheStats {
+    models
+        .iter()
+        .filter_map(|ruling| ruling.prefix_cache_stats())
+        .fold(PrefixCacheStats::default(), |sum, s| PrefixCacheStats {
+            hits: sum.hits + s.hits,
+            misses: sum.misses + s.misses,
+            entries: sum.entries + s.entries as u64,
+            bytes: sum.bytes + s.bytes as u64,
         })
 }
 
-/// Reads the prefix cache's counters from the engine at each scrape.
+/// Reads the prefix caches' counters from the engines at each scrape.
 #[derive(Debug)]
 struct PrefixCacheCollector {
-    model: Arc<OnceLock<Arc<Ruling>>>,
+    models: Models,
 }
 
 impl Collector for PrefixCacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let Some(ruling) = self.model.get() else {
+        let Some(models) = self.models.get() else {
             return Ok(());
         };
-        let stats = prefix_cache_stats(ruling);
+        let stats = prefix_cache_stats(models);
         let counters = [
             (
                 "prefix_cache_hits",

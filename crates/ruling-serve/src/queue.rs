@@ -5,7 +5,10 @@
 //! answer on a oneshot. Admission counts the jobs in the system (waiting or running): a job is
 //! admitted while that count is under `workers + bound`, and a full system is a 429 at once. A
 //! zero bound therefore admits exactly when a worker has no job, whether or not that worker's
-//! thread has reached its `recv` yet (a rendezvous channel would refuse it in that instant). A worker that takes a request whose handler has gone (the
+//! thread has reached its `recv` yet (a rendezvous channel would refuse it in that instant).
+//! One pool answers for every served model: a job carries the model (the base or an adapter
+//! over it) that answers it, so switching between adapters costs nothing beyond their own
+//! forward passes. A worker that takes a request whose handler has gone (the
 //! client disconnected, or the per-request timeout fired and dropped the receiver) or whose
 //! deadline has passed drops it unstarted. Closing the queue lets the workers finish what is
 //! queued and then exit.
@@ -26,6 +29,8 @@ use crate::metrics::Metrics;
 /// One admitted request.
 #[derive(Debug)]
 pub(crate) struct Job {
+    /// The model the request asked for.
+    pub model: Arc<Ruling>,
     pub request: ValidRequest,
     pub request_id: String,
     pub deadline: Instant,
@@ -73,7 +78,6 @@ pub(crate) struct Pool {
 impl Pool {
     /// Start `workers` threads (at least one) answering from a queue of `bound`.
     pub(crate) fn start(
-        ruling: Arc<Ruling>,
         workers: usize,
         bound: usize,
         metrics: Arc<Metrics>,
@@ -89,7 +93,6 @@ impl Pool {
         let mut handles = Vec::with_capacity(worker_count);
         for index in 0..worker_count {
             let worker = Worker {
-                ruling: Arc::clone(&ruling),
                 receiver: Arc::clone(&receiver),
                 metrics: Arc::clone(&metrics),
                 mean_engine_us: Arc::clone(&mean_engine_us),
@@ -165,7 +168,6 @@ impl Pool {
 }
 
 struct Worker {
-    ruling: Arc<Ruling>,
     receiver: Arc<Mutex<Receiver<(Job, Instant)>>>,
     metrics: Arc<Metrics>,
     mean_engine_us: Arc<AtomicU64>,
@@ -212,9 +214,7 @@ impl Worker {
         self.metrics.queue_wait.observe(queued.as_secs_f64());
         self.metrics.busy_workers.inc();
         let started = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            self.ruling.evaluate_valid(&job.request)
-        }));
+        let result = catch_unwind(AssertUnwindSafe(|| job.model.evaluate_valid(&job.request)));
         let engine = started.elapsed();
         self.metrics.busy_workers.dec();
         self.metrics.engine_time.observe(engine.as_secs_f64());

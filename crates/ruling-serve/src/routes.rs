@@ -3,12 +3,12 @@
 //! | route | auth | what |
 //! |---|---|---|
 //! | `POST /v1/systemone` | key | answer a System One request (JSON, or multipart with images) |
-//! | `GET /v1/models` | key | the served name and its aliases |
+//! | `GET /v1/models` | key | the served name, its aliases and the adapters served beside it |
 //! | `GET /metrics` | key | Prometheus text |
 //! | `GET /health` | open | 200 once the model is loaded, 503 before |
 //! | `GET /openapi.json` | open | the OpenAPI 3.1 document of these routes |
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
@@ -113,12 +113,15 @@ async fn models(State(state): State<AppState>) -> Result<Json<ModelsList>, ApiEr
     let models = ready
         .names
         .iter()
-        .map(|name| ModelInfo {
+        .map(|(name, index)| ModelInfo {
             name: name.clone(),
-            description: if name == served {
-                ready.meta.description.clone()
-            } else {
-                format!("alias of {served}: {}", ready.meta.description)
+            description: match ready.models[*index].adapter() {
+                Some(adapter) => format!(
+                    "LoRA adapter of {served} (sha256 {})",
+                    adapter.digest.get(..12).unwrap_or(&adapter.digest)
+                ),
+                None if name == served => ready.meta.description.clone(),
+                None => format!("alias of {served}: {}", ready.meta.description),
             },
             release_date: ready.meta.release_date.clone(),
         })
@@ -145,10 +148,12 @@ async fn system_one(
         after: config.body_timeout,
     })??;
 
-    let valid = parse(&headers, bytes, ready.ruling.info().capabilities).await?;
-    if !ready.names.iter().any(|n| n == valid.model()) {
-        return Err(unknown_model(valid.model(), &ready.names));
-    }
+    // Adapters change weights, not capabilities: the base's hold for every served name.
+    let valid = parse(&headers, bytes, ready.base().info().capabilities).await?;
+    let Some(model) = ready.model(valid.model()) else {
+        return Err(unknown_model(valid.model(), &ready.name_list()));
+    };
+    let model = Arc::clone(model);
     let asked = valid.questions().len();
     if asked > config.max_questions {
         return Err(too_many_questions(asked, config.max_questions));
@@ -156,6 +161,7 @@ async fn system_one(
 
     let (reply, answer) = oneshot::channel();
     let job = Job {
+        model,
         request: valid,
         request_id: request_id.clone(),
         deadline,

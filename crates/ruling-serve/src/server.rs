@@ -16,15 +16,15 @@ use tokio::sync::oneshot;
 use crate::config::Config;
 use crate::loader::{LoadError, Loader};
 use crate::routes::app;
-use crate::state::AppState;
+use crate::state::{AppState, InstallError};
 
 /// Why the server stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(transparent)]
     Load(#[from] LoadError),
-    #[error("starting the engine workers: {0}")]
-    Workers(#[source] std::io::Error),
+    #[error(transparent)]
+    Install(#[from] InstallError),
     #[error("serving HTTP: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -54,10 +54,7 @@ pub async fn serve(
             let loaded = catch_unwind(AssertUnwindSafe(|| loader.load()))
                 .unwrap_or(Err(LoadError::Panicked));
             let failure = match loaded {
-                Ok(loaded) => loading
-                    .install(loaded.ruling, loaded.meta)
-                    .err()
-                    .map(ServeError::Workers),
+                Ok(loaded) => loading.install(loaded).err().map(ServeError::Install),
                 Err(error) => Some(ServeError::Load(error)),
             };
             if let Some(failure) = failure {

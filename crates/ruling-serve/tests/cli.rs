@@ -153,3 +153,60 @@ fn serve_refuses_an_empty_api_key() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--api-key"), "{stderr}");
 }
+
+#[test]
+fn serve_refuses_bad_adapter_flags_before_and_at_load() {
+    let run = |args: &[&str]| {
+        let out = ruling_serve()
+            .env_remove("RULING_ADAPTER")
+            .env_remove("RULING_ADAPTER_CALIBRATION")
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        stderr
+    };
+    let no_equals = run(&["--model", "/nonexistent.gguf", "--adapter", "support"]);
+    assert!(
+        no_equals.contains("--adapter") && no_equals.contains("NAME=PATH"),
+        "{no_equals}"
+    );
+    let no_name = run(&[
+        "--model",
+        "/nonexistent.gguf",
+        "--adapter",
+        "=a.safetensors",
+    ]);
+    assert!(no_name.contains("no name"), "{no_name}");
+    let stray = run(&[
+        "--model",
+        "/nonexistent.gguf",
+        "--adapter",
+        "support=a.safetensors",
+        "--adapter-calibration",
+        "billing=c.json",
+    ]);
+    assert!(
+        stray.contains(r#"names "billing""#) && stray.contains("adapters: support"),
+        "{stray}"
+    );
+
+    // A missing adapter file stops the server once the base has loaded.
+    let model =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/generated/tiny-qwen2.gguf");
+    assert!(model.exists(), "run `cargo xtask fixtures`");
+    let model = model.display().to_string();
+    let missing = run(&[
+        "--model",
+        &model,
+        "--adapter",
+        "gone=/nonexistent/adapter.safetensors",
+    ]);
+    assert!(
+        missing.contains("adapter gone") && missing.contains("/nonexistent/adapter.safetensors"),
+        "{missing}"
+    );
+}

@@ -118,10 +118,10 @@ async fn health_is_503_while_loading_and_200_after() {
     let waiting = std::sync::Arc::clone(&gate);
     let loader = Loader::from_fn("slow-model", move || {
         waiting.wait();
-        Ok(Loaded {
-            ruling: TestEngine::ruling(),
-            meta: ModelMeta::today("a test engine"),
-        })
+        Ok(Loaded::alone(
+            TestEngine::ruling(),
+            ModelMeta::today("a test engine"),
+        ))
     });
     let server = TestServer::start(Config::default(), loader).await;
 

@@ -5,7 +5,7 @@
 
 pub mod engine;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ruling_core::{Options, Ruling};
@@ -40,6 +40,90 @@ pub fn tiny_loader(options: Options) -> Loader {
 
 pub fn tiny() -> Loader {
     tiny_loader(Options::default())
+}
+
+/// The spec of a generated fixture, as `--model` would be given it.
+pub fn fixture_spec(name: &str) -> String {
+    fixture(name).display().to_string()
+}
+
+/// Writes a LoRA adapter for the fixture `base` to `dir/NAME/adapter.safetensors` and
+/// returns its path. The base is loaded as `ruling-core` loads it, so the adapter names the
+/// identity the server will load; every projection of every layer is adapted, and B is drawn
+/// from `seed` (not zero, as a fresh adapter's is), so each seed moves the answers its own way.
+pub fn write_adapter(dir: &Path, base: &str, name: &str, seed: u64) -> PathBuf {
+    use ruling_candle::lora::{ADAPTER_FORMAT, SplitMix, adapter_bytes};
+    use ruling_candle::{AdapterMeta, LoraConfig, LoraWeights, Projection};
+
+    let backend = ruling_core::load_candle(&fixture_spec(base), &Options::default())
+        .unwrap_or_else(|e| panic!("{base} loads: {e}"));
+    let config = backend.decoder().config();
+    let lora = LoraConfig {
+        rank: 2,
+        scale: 2.0,
+        dropout: 0.0,
+        projections: Projection::ALL.to_vec(),
+        layers: config.num_layers,
+    };
+    let device = candle_core::Device::Cpu;
+    let mut rng = SplitMix(seed ^ 0x5eed);
+    let tensors: Vec<(String, candle_core::Tensor)> =
+        LoraWeights::init(&lora, config, seed, &device)
+            .expect("fresh adapter tensors")
+            .into_iter()
+            .map(|(tensor_name, t)| {
+                if !tensor_name.ends_with("lora_b") {
+                    return (tensor_name, t);
+                }
+                let values: Vec<f32> = (0..t.elem_count())
+                    .map(|_| ((rng.unit() * 2.0 - 1.0) * 0.2) as f32)
+                    .collect();
+                let b =
+                    candle_core::Tensor::from_vec(values, t.shape(), &device).expect("a B matrix");
+                (tensor_name, b)
+            })
+            .collect();
+    let meta = AdapterMeta {
+        format: ADAPTER_FORMAT,
+        name: name.to_owned(),
+        lora,
+        base: backend.base_model(),
+        training: json!({"test": true, "seed": seed}),
+    };
+    let bytes = adapter_bytes(&meta, &tensors).expect("adapter bytes");
+    let path = dir.join(name).join("adapter.safetensors");
+    std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
+    std::fs::write(&path, bytes).expect("write the adapter");
+    path
+}
+
+/// The digest calibration files name an adapter by (`adapter_digest`).
+pub fn adapter_digest(path: &Path) -> String {
+    ruling_candle::Adapter::load(path)
+        .expect("the adapter loads")
+        .digest
+}
+
+/// A calibration file for `model_id` at the default settings (one rotation, no prior) and
+/// `adapter_digest`, with every temperature `temperature`.
+pub fn write_calibration(
+    path: &Path,
+    model_id: &str,
+    adapter_digest: Option<&str>,
+    temperature: f64,
+) {
+    let file = json!({
+        "format_version": 1,
+        "provenance": {
+            "model_id": model_id,
+            "revision": null,
+            "rotations": 1,
+            "prior": false,
+            "adapter_digest": adapter_digest,
+        },
+        "temperatures": {"noul": temperature, "choice": temperature, "score": temperature},
+    });
+    std::fs::write(path, serde_json::to_vec_pretty(&file).expect("json")).expect("write");
 }
 
 /// A server running in this process.
