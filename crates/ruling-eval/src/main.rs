@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use ruling_candle::WeightDtype;
-use ruling_core::{Options, Ruling};
+use ruling_core::{AdapterCalibration, AdapterChoice, Options, Ruling};
 use ruling_schema::{Answer, SystemOneRequest, SystemOneResponse};
 use serde_json::{Value, json};
 
@@ -94,9 +94,13 @@ struct AskArgs {
     /// the small models on development data).
     #[arg(long, env = "RULING_PRIOR")]
     prior: bool,
-    /// A calibration file fitted for this model and these settings.
+    /// A calibration file fitted for this model and these settings (with --adapter, for the
+    /// adapted model).
     #[arg(long, env = "RULING_CALIBRATION")]
     calibration: Option<PathBuf>,
+    /// Answer through this LoRA adapter file over the model (candle backend only).
+    #[arg(long)]
+    adapter: Option<PathBuf>,
     /// What runs a decoder: candle (pure Rust) or llama (llama.cpp's kernels, GGUF only). A
     /// decision encoder ignores it.
     #[arg(long, env = "RULING_BACKEND", default_value_t = ruling_core::DecoderBackend::default())]
@@ -151,11 +155,13 @@ fn ask(args: AskArgs) -> anyhow::Result<()> {
     let state = read_state(&args.state)?;
     let request = build_request(&args.model, state, &args.questions, args.trace)?;
 
+    let (calibration, adapter) = with_adapter(args.calibration.clone(), &args.adapter)?;
     let options = Options {
         backend: args.backend,
         rotations: args.rotations,
         prior: args.prior,
-        calibration: args.calibration.clone(),
+        calibration,
+        adapter,
         dtype: args.dtype,
         cache_dir: args.cache.clone(),
         ..Options::default()
@@ -181,6 +187,31 @@ fn ask(args: AskArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--calibration` and `--adapter` as `Options` take them: with an adapter, the calibration is
+/// the adapted model's (and only the one given: eval applies no calibration implicitly), and
+/// the adapter is named by its own metadata.
+pub(crate) fn with_adapter(
+    calibration: Option<PathBuf>,
+    adapter: &Option<PathBuf>,
+) -> anyhow::Result<(Option<PathBuf>, Option<AdapterChoice>)> {
+    let Some(path) = adapter else {
+        return Ok((calibration, None));
+    };
+    let choice = AdapterChoice::from_file(path)
+        .with_context(|| format!("reading the adapter {}", path.display()))?;
+    let calibration = match calibration {
+        Some(file) => AdapterCalibration::File(file),
+        None => AdapterCalibration::Uncalibrated,
+    };
+    Ok((
+        None,
+        Some(AdapterChoice {
+            calibration,
+            ..choice
+        }),
+    ))
 }
 
 /// The state argument as the request's `state`: text, a file (`@path`) or stdin (`-`). A file

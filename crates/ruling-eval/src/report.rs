@@ -257,11 +257,16 @@ pub fn render(report: &Report) -> String {
     let _ = writeln!(out, "# Evaluation report\n");
     let _ = writeln!(
         out,
-        "Model `{}` (id `{}`, revision `{}`), {}{}; rotations {}, prior {}; split **{}**, seed \
-         {}; reversal requests {}.\n",
+        "Model `{}` (id `{}`, revision `{}`{}), {}{}; rotations {}, prior {}; split **{}**, \
+         seed {}; reversal requests {}.\n",
         run.model,
         run.provenance.model_id,
         run.provenance.revision.as_deref().unwrap_or("none"),
+        run.provenance
+            .adapter_digest
+            .as_deref()
+            .map(|d| format!(", LoRA adapter sha256 `{d}`"))
+            .unwrap_or_default(),
         run.mode,
         run.url
             .as_deref()

@@ -92,6 +92,11 @@ pub struct RunArgs {
     /// --url, the one the server was started with (checked against its traces).
     #[arg(long, env = "RULING_CALIBRATION")]
     calibration: Option<PathBuf>,
+    /// In-process: evaluate the model through this LoRA adapter file (candle backend only).
+    /// The results' provenance carries its digest, so `calibrate` writes a calibration for
+    /// this adapter; `--calibration` is then the adapter's (none is applied by default).
+    #[arg(long, conflicts_with = "url")]
+    adapter: Option<PathBuf>,
     /// Records evaluated at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     workers: u64,
@@ -224,12 +229,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 /// The client, the model name requests carry, the provenance of the results and the mode.
 fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'static str)> {
     // What a calibration fitted on these results will be checked against.
-    let settings = |model_id: String, revision: Option<String>| Provenance {
+    let settings = |model_id: String, revision: Option<String>, adapter_digest| Provenance {
         model_id,
         revision,
         rotations: args.rotations,
         prior: args.prior,
-        adapter_digest: None,
+        adapter_digest,
     };
     if let Some(url) = &args.url {
         let http = HttpClient::new(url, args.api_key.clone());
@@ -238,18 +243,20 @@ fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'stat
             None => http.served_model()?,
         };
         let (model_id, revision) = identity(&name).unwrap_or_else(|_| (name.clone(), None));
-        let provenance = settings(model_id, revision);
+        let provenance = settings(model_id, revision, None);
         return Ok((Client::Http(http), name, provenance, "http"));
     }
     let spec = args
         .model
         .as_deref()
         .context("--model or --url is needed")?;
+    let (calibration, adapter) = crate::with_adapter(args.calibration.clone(), &args.adapter)?;
     let options = Options {
         backend: args.backend,
         rotations: args.rotations,
         prior: args.prior,
-        calibration: args.calibration.clone(),
+        calibration,
+        adapter,
         dtype: args.dtype,
         cache_dir: args.cache.clone(),
         adaptive: args.adaptive_margin.map(adaptive),
@@ -258,14 +265,15 @@ fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'stat
     let ruling = Ruling::load(spec, &options).with_context(|| format!("loading model {spec}"))?;
     let engine = ruling.provenance();
     let (model_id, revision) = (engine.model_id, engine.revision);
+    // An adapted model answers under the adapter's name; its provenance names the base.
     ensure!(
-        ruling.info().model == model_id,
+        ruling.adapter().is_some() || ruling.info().model == model_id,
         "the engine calls the model {:?} but its provenance would say {model_id:?}; a \
          calibration fitted on these results would not load",
         ruling.info().model
     );
     let model = ruling.info().model.clone();
-    let provenance = settings(model_id, revision);
+    let provenance = settings(model_id, revision, engine.adapter_digest);
     Ok((
         Client::InProcess(Box::new(ruling)),
         model,

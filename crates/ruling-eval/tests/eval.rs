@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use ruling_calibration::Calibration;
-use ruling_core::{Options, Ruling};
+use ruling_core::{AdapterCalibration, AdapterChoice, Options, Ruling};
 mod common;
 
-use common::{ruling_eval, succeed, tiny_llama};
+use common::{ruling_eval, succeed, tiny_llama, tiny_llama_adapter};
 use serde_json::Value;
 
 /// A fresh scratch directory for one test.
@@ -739,4 +739,93 @@ fn url_mode_gives_the_in_process_answers() {
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn an_adapter_run_records_its_digest_and_calibrates_for_that_adapter() {
+    let dir = scratch("adapter");
+    let adapter = tiny_llama_adapter(&dir.join("support"), "support");
+    let digest = ruling_candle::Adapter::load(&adapter).unwrap().digest;
+    let adapter_arg = adapter.display().to_string();
+    let dev = dir.join("dev");
+    let (_, stderr) = succeed(
+        run(&dev, "boolq,sst5", "dev", 4, &["--adapter", &adapter_arg])
+            .output()
+            .unwrap(),
+    );
+    assert!(stderr.contains("in-process support"), "{stderr}");
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(dev.join("run.json")).unwrap()).unwrap();
+    assert_eq!(
+        manifest["model"], "support",
+        "answers carry the adapter's name"
+    );
+    assert_eq!(manifest["provenance"]["model_id"], "tiny-llama.gguf");
+    assert_eq!(manifest["provenance"]["adapter_digest"], digest.as_str());
+    let markdown = std::fs::read_to_string(dev.join("report.md")).unwrap();
+    assert!(
+        markdown.contains(&format!("LoRA adapter sha256 `{digest}`")),
+        "{markdown}"
+    );
+
+    // Resuming without the adapter is another run.
+    let other = fail(run(&dev, "boolq", "dev", 4, &[]).output().unwrap());
+    assert!(other.contains("adapter_digest"), "{other}");
+
+    // The calibration is the adapter's: the adapted model takes it, the base refuses it.
+    let file = dir.join("calibration.json");
+    succeed(calibrate(&dev, &file, &["--min-likelihood-ratio", "0"]));
+    let calibration = Calibration::load(&file).unwrap();
+    assert_eq!(
+        calibration.provenance.adapter_digest.as_deref(),
+        Some(digest.as_str())
+    );
+    let adapted = Options {
+        adapter: Some(AdapterChoice {
+            calibration: AdapterCalibration::File(file.clone()),
+            ..AdapterChoice::new("support", &adapter)
+        }),
+        ..Options::default()
+    };
+    Ruling::load(&tiny_llama(), &adapted).expect("the calibration fits the adapted model");
+    let refused = Ruling::load(
+        &tiny_llama(),
+        &Options {
+            calibration: Some(file.clone()),
+            ..Options::default()
+        },
+    )
+    .expect_err("the base is not what it was fitted for");
+    assert!(refused.to_string().contains("adapter_digest"), "{refused}");
+
+    // And a run through the adapter applies it.
+    let calibrated = dir.join("calibrated");
+    succeed(
+        run(
+            &calibrated,
+            "boolq",
+            "dev",
+            2,
+            &[
+                "--adapter",
+                &adapter_arg,
+                "--calibration",
+                &file.display().to_string(),
+            ],
+        )
+        .output()
+        .unwrap(),
+    );
+    let without = fail(
+        run(
+            &dir.join("base-calibrated"),
+            "boolq",
+            "dev",
+            2,
+            &["--calibration", &file.display().to_string()],
+        )
+        .output()
+        .unwrap(),
+    );
+    assert!(without.contains("adapter_digest"), "{without}");
 }

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn workspace() -> PathBuf {
@@ -55,4 +55,41 @@ pub fn succeed(output: Output) -> (String, String) {
         output.status
     );
     (stdout, stderr)
+}
+
+/// Writes a LoRA adapter named `name` for the tiny llama GGUF to `dir/adapter.safetensors`
+/// (the base loaded as `ruling-core` loads it, so the adapter names the identity `--model`
+/// gives) and returns its path. B is zero, as a fresh adapter's is: these tests follow the
+/// adapter's digest, not what it does to the answers.
+pub fn tiny_llama_adapter(dir: &Path, name: &str) -> PathBuf {
+    use ruling_candle::lora::{ADAPTER_FORMAT, adapter_bytes};
+    use ruling_candle::{AdapterMeta, LoraConfig, LoraWeights, Projection};
+
+    let backend = ruling_core::load_candle(&tiny_llama(), &ruling_core::Options::default())
+        .expect("the tiny llama loads");
+    let config = backend.decoder().config();
+    let lora = LoraConfig {
+        rank: 2,
+        scale: 1.0,
+        dropout: 0.0,
+        projections: vec![Projection::Q, Projection::V],
+        layers: 1,
+    };
+    let tensors = LoraWeights::init(&lora, config, 7, backend.decoder().device())
+        .expect("fresh adapter tensors");
+    let meta = AdapterMeta {
+        format: ADAPTER_FORMAT,
+        name: name.to_owned(),
+        lora,
+        base: backend.base_model(),
+        training: serde_json::json!({"test": true}),
+    };
+    let path = dir.join("adapter.safetensors");
+    std::fs::create_dir_all(dir).expect("mkdir");
+    std::fs::write(
+        &path,
+        adapter_bytes(&meta, &tensors).expect("adapter bytes"),
+    )
+    .expect("write");
+    path
 }
