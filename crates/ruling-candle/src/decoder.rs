@@ -234,7 +234,11 @@ impl Mode<'_> {
         linear: &Linear,
         x: &Tensor,
     ) -> candle_core::Result<Tensor> {
-        let y = linear.forward(x)?;
+        let y = if layer >= self.grad_from {
+            linear.forward_input_grad(x)?
+        } else {
+            linear.forward(x)?
+        };
         match self.lora {
             Some(lora) => {
                 let mut dropout = self.dropout.as_ref().map(RefCell::borrow_mut);

@@ -77,6 +77,21 @@ impl Linear {
         }
     }
 
+    /// `forward`, for a pass that needs the input's gradient but never the matrix's: the
+    /// product is computed outside the graph and joined to it by [`InputGradient`], whose
+    /// backward pass is one product with the matrix (candle's own matmul backward would also
+    /// compute the frozen matrix's gradient, as much work again). Quantized matrices pass no
+    /// gradient at all (see [`Linear::to_f32`]).
+    pub fn forward_input_grad(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match &self.weight {
+            QMatMul::Tensor(w) if w.dtype() == DType::F32 && x.dims().len() == 2 => {
+                let y = self.forward(&x.detach())?.contiguous()?;
+                y.apply_op2(x, InputGradient { weight: w.clone() })
+            }
+            _ => self.forward(x),
+        }
+    }
+
     /// The same layer with its matrix as dense f32 (gradients pass through it).
     pub fn to_f32(&self) -> candle_core::Result<Self> {
         Ok(Self {
@@ -101,6 +116,46 @@ impl Linear {
             QMatMul::QTensor(q) => q.dequantize(&q.device()),
             QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.to_dtype(DType::F32),
         }
+    }
+}
+
+/// Joins a product `y = x·Wᵀ` computed outside the graph to its input `x`: forward passes `y`
+/// through; backward gives `x` the gradient `grad·W` and the product none.
+struct InputGradient {
+    weight: Tensor,
+}
+
+impl candle_core::CustomOp2 for InputGradient {
+    fn name(&self) -> &'static str {
+        "input-gradient"
+    }
+
+    fn cpu_fwd(
+        &self,
+        product: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+        _: &candle_core::CpuStorage,
+        _: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let (candle_core::CpuStorage::F32(values), Some((start, end))) =
+            (product, layout.contiguous_offsets())
+        else {
+            candle_core::bail!("input-gradient takes a contiguous f32 product")
+        };
+        Ok((
+            candle_core::CpuStorage::F32(values[start..end].to_vec()),
+            layout.shape().clone(),
+        ))
+    }
+
+    fn bwd(
+        &self,
+        _product: &Tensor,
+        _x: &Tensor,
+        _result: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((None, Some(grad.matmul(&self.weight)?)))
     }
 }
 

@@ -145,8 +145,9 @@ pub struct LoraArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Precision of the base's matrices below the adapted layers (auto, native, f32, f16,
-    /// q8_0); the adapted layers are always f32.
-    #[arg(long, default_value = "auto")]
+    /// q8_0); the adapted layers are always f32. f32 is the fastest here too: on SmolLM2-135M
+    /// a 2,000-token forward pass took 7 s with f32 matrices and 12 s with its Q8_0 blocks.
+    #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// The model cache [default: `RULING_CACHE`, else the platform cache directory].
     #[arg(long)]
