@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 
 use candle_core::{Device, Tensor, Var};
-use ruling_candle::lora::{ADAPTER_FORMAT, adapter_bytes, tensor_names};
+use ruling_candle::lora::{ADAPTER_FORMAT, SplitMix, adapter_bytes, tensor_names};
 use ruling_candle::{
     Adapter, AdapterError, AdapterMeta, BaseModel, Decoder, LoraConfig, LoraWeights, Projection,
     WeightDtype,
@@ -23,14 +23,18 @@ fn every_projection(layers: usize) -> LoraConfig {
     }
 }
 
-/// Adapter matrices as variables, B random too (a zero B would zero A's gradient).
+/// Adapter matrices as variables, B seeded nonzero too (a zero B would zero A's gradient).
 fn variables(lora: &LoraConfig, decoder: &Decoder, seed: u64) -> Vec<(String, Var)> {
+    let mut rng = SplitMix(seed);
     LoraWeights::init(lora, decoder.config(), seed, &Device::Cpu)
         .unwrap()
         .into_iter()
         .map(|(name, t)| {
             let t = if name.ends_with("lora_b") {
-                Tensor::randn(0f32, 0.05, t.shape(), &Device::Cpu).unwrap()
+                let values: Vec<f32> = (0..t.elem_count())
+                    .map(|_| ((rng.unit() - 0.5) * 0.1) as f32)
+                    .collect();
+                Tensor::from_vec(values, t.shape(), &Device::Cpu).unwrap()
             } else {
                 t
             };
@@ -95,7 +99,9 @@ fn the_lora_gradient_matches_finite_differences() {
                 .unwrap(),
         );
         let grads = loss.backward().unwrap();
-        let eps = 1e-2f32;
+        // Small enough that the curvature of GELU and the norms stays out of the difference,
+        // large enough that f32 rounding of the loss does not swamp it.
+        let eps = 2e-3f32;
         let mut checked = 0;
         for (tensor_name, var) in &vars {
             let grad = grads
@@ -118,7 +124,7 @@ fn the_lora_gradient_matches_finite_differences() {
                 let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
                 at(0.0);
                 let analytic = grad[index];
-                let tolerance = 2e-2 * analytic.abs().max(numeric.abs()).max(0.05);
+                let tolerance = 2e-3 + 2e-2 * analytic.abs().max(numeric.abs());
                 assert!(
                     (numeric - analytic).abs() <= tolerance,
                     "{name} {tensor_name}[{index}]: analytic {analytic}, finite difference {numeric}"
