@@ -541,3 +541,50 @@ fn adaptive_stopping_depends_only_on_the_question() {
         alone.evaluation_trace.unwrap().questions["team"]
     );
 }
+
+#[test]
+fn a_question_prompt_shows_the_options_in_the_order_asked_and_refuses_others() {
+    let engine = engine(Scripted::new(vec![0.7, 0.1, -0.3, 0.2], true), 1, false);
+    let request = mixed_request();
+    let state = request.state();
+    for question in request.questions() {
+        let n = match question.kind() {
+            ruling_schema::QuestionKind::Choice { options, .. } => options.len(),
+            ruling_schema::QuestionKind::Score { levels, .. } => levels.len(),
+            _ => 2,
+        };
+        let forward: Vec<usize> = (0..n).collect();
+        let reversed: Vec<usize> = (0..n).rev().collect();
+        let a = engine
+            .question_prompt(state, question.kind(), &forward)
+            .unwrap();
+        let b = engine
+            .question_prompt(state, question.kind(), &reversed)
+            .unwrap();
+        // The same prefix, the same codes, the keys in the order shown.
+        assert_eq!(a.tokens[..a.prefix_len], b.tokens[..b.prefix_len]);
+        assert_eq!(a.codes, b.codes);
+        assert_eq!(a.codes.len(), n);
+        let mut back = b.keys.clone();
+        back.reverse();
+        assert_eq!(a.keys, back, "{}", question.id());
+        assert_ne!(a.tokens, b.tokens);
+        // Not a permutation: refused, naming the order.
+        let bad: Vec<usize> = vec![0; n];
+        let err = engine
+            .question_prompt(state, question.kind(), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a permutation"), "{err}");
+        // A noul or score is shown forward or reversed, never shuffled.
+        if n > 2 && !matches!(question.kind(), ruling_schema::QuestionKind::Choice { .. }) {
+            let mut shuffled = forward.clone();
+            shuffled.swap(0, 1);
+            let err = engine
+                .question_prompt(state, question.kind(), &shuffled)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("not shuffled"), "{err}");
+        }
+    }
+}
