@@ -49,6 +49,26 @@ pub struct Gathered {
     pub families: BTreeMap<String, usize>,
 }
 
+impl Gathered {
+    /// Records per family, for the log: `boolq 600, clinc150 600`.
+    pub fn families_line(&self) -> String {
+        self.families
+            .iter()
+            .map(|(family, count)| format!("{family} {count}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A seeded sample of at most `limit` of `0..len`, in increasing order.
+pub fn sample_indices(len: usize, limit: usize, seed: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..len).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    order.truncate(limit);
+    order.sort_unstable();
+    order
+}
+
 /// Read the datasets and record files, check every record, refuse held-out states.
 pub fn gather(sources: &Sources) -> anyhow::Result<Gathered> {
     let mut records = Vec::new();

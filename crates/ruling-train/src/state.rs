@@ -82,6 +82,43 @@ pub fn best_weights(output: &Path) -> PathBuf {
     output.join(RUN_DIR).join("best.safetensors")
 }
 
+/// A trainer's settings: a resumed run must match them in every field but the step count.
+pub trait RunConfig: serde::de::DeserializeOwned {
+    /// The fields `other` sets differently, the step count aside.
+    fn differences(&self, other: &Self) -> Vec<&'static str>;
+}
+
+/// The saved state to resume with `config`, if `output` holds one. A run saved with other
+/// settings is refused naming them, and so is an output that holds a finished product (the
+/// file `product`, described as `what`) but no run state.
+pub fn resume<C: RunConfig>(
+    output: &Path,
+    config: &C,
+    product: &str,
+    what: &str,
+) -> anyhow::Result<Option<Saved<C>>> {
+    let saved = latest::<C>(output)?;
+    match &saved {
+        Some(saved) => {
+            let differences = saved.state.config.differences(config);
+            if !differences.is_empty() {
+                anyhow::bail!(
+                    "{} holds a run with different {}: resume it with the settings it was \
+                     started with, or choose another --output",
+                    output.display(),
+                    differences.join(", ")
+                );
+            }
+        }
+        None if output.join(product).exists() => anyhow::bail!(
+            "{} already holds {what} but no run state to resume; choose another --output",
+            output.display()
+        ),
+        None => {}
+    }
+    Ok(saved)
+}
+
 /// The state `latest` names, if the output has one.
 pub fn latest<C: serde::de::DeserializeOwned>(output: &Path) -> anyhow::Result<Option<Saved<C>>> {
     let run = output.join(RUN_DIR);

@@ -2,15 +2,13 @@
 //! file: it trains and writes a checkpoint the engine serves; a run killed for real resumes to
 //! bit-identical weights; bad input is refused before anything is written.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use common::{fails, latest_step, run, sha256, workspace};
 
 fn fixture(name: &str) -> PathBuf {
     let dir = workspace().join("fixtures/generated").join(name);
@@ -72,32 +70,6 @@ fn train(data: &Path, output: &Path, base: &Path, steps: u64, eval_every: u64) -
             "5",
         ]);
     command
-}
-
-fn run(mut command: Command) -> Output {
-    let output = command.output().expect("ruling-train starts");
-    assert!(
-        output.status.success(),
-        "ruling-train failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-fn fails(mut command: Command) -> String {
-    let output = command.output().expect("ruling-train starts");
-    assert!(!output.status.success(), "ruling-train should have refused");
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn sha256(path: &Path) -> String {
-    format!("{:x}", Sha256::digest(std::fs::read(path).unwrap()))
-}
-
-/// The latest saved step of a run, if it has saved one.
-fn latest_step(output: &Path) -> Option<u64> {
-    let name = std::fs::read_to_string(output.join("run/latest")).ok()?;
-    name.trim().strip_prefix("step-")?.parse().ok()
 }
 
 fn final_weights(output: &Path, steps: u64) -> String {

@@ -3,18 +3,17 @@
 //! tied to that adapter; a run killed for real resumes to bit-identical weights; bad input is
 //! refused before anything is written.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use common::{fails, latest_step, run, sha256, workspace};
 
 use ruling_backend::{DecoderEngine, Engine, EngineOptions};
 use ruling_calibration::Calibration;
 use ruling_candle::Adapter;
-use sha2::{Digest, Sha256};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn base() -> PathBuf {
     let path = workspace().join("fixtures/generated/tiny-llama.gguf");
@@ -94,31 +93,6 @@ fn train_with(data: &Path, output: &Path, steps: u64, eval_every: u64, layout: &
             "0.1",
         ]);
     command
-}
-
-fn run(mut command: Command) -> Output {
-    let output = command.output().expect("ruling-train starts");
-    assert!(
-        output.status.success(),
-        "ruling-train failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-fn fails(mut command: Command) -> String {
-    let output = command.output().expect("ruling-train starts");
-    assert!(!output.status.success(), "ruling-train should have refused");
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn sha256(path: &Path) -> String {
-    format!("{:x}", Sha256::digest(std::fs::read(path).unwrap()))
-}
-
-fn latest_step(output: &Path) -> Option<u64> {
-    let name = std::fs::read_to_string(output.join("run/latest")).ok()?;
-    name.trim().strip_prefix("step-")?.parse().ok()
 }
 
 fn request(state: &str) -> ruling_schema::ValidRequest {

@@ -143,9 +143,9 @@ pub struct TrainConfig {
     pub train_embeddings: bool,
 }
 
-impl TrainConfig {
-    /// The fields `other` sets differently, `steps` aside. Exact comparison, floats included:
-    /// a resumed run continues only with the very settings it started with.
+impl state::RunConfig for TrainConfig {
+    /// Exact comparison, floats included: a resumed run continues only with the very settings
+    /// it started with.
     #[allow(clippy::float_cmp)]
     fn differences(&self, other: &TrainConfig) -> Vec<&'static str> {
         let mut out = Vec::new();
@@ -236,33 +236,11 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         dtype: args.dtype.clone(),
         train_embeddings: args.train_embeddings,
     };
-    let saved = state::latest::<TrainConfig>(&args.output)?;
-    if let Some(saved) = &saved {
-        let differences = saved.state.config.differences(&config);
-        if !differences.is_empty() {
-            bail!(
-                "{} holds a run with different {}: resume it with the settings it was started \
-                 with, or choose another --output",
-                args.output.display(),
-                differences.join(", ")
-            );
-        }
-    } else if args.output.join(META_FILE).exists() {
-        bail!(
-            "{} already holds a checkpoint but no run state to resume; choose another --output",
-            args.output.display()
-        );
-    }
-
-    let families: Vec<String> = gathered
-        .families
-        .iter()
-        .map(|(family, count)| format!("{family} {count}"))
-        .collect();
+    let saved = state::resume(&args.output, &config, META_FILE, "a checkpoint")?;
     eprintln!(
         "data: {} records ({})",
         gathered.records.len(),
-        families.join(", ")
+        gathered.families_line()
     );
     let (train_records, valid_records) = data::split(gathered.records, args.valid_fraction);
     let limits = Limits {
@@ -327,12 +305,7 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         run.state.best_loss = first.loss;
         run.state.history.push(first);
         save_best(&args.output, &base, &trainable, &config, &run.state, dtype)?;
-        state::save(
-            &args.output,
-            &run.state,
-            &trainable.tensors()?,
-            &run.optimiser.state(trainable.vars()),
-        )?;
+        save_run(&args.output, &run, &trainable)?;
     }
 
     let bar = progress(config.steps, run.state.step);
@@ -393,12 +366,7 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
                 run.state.best_step = step;
                 save_best(&args.output, &base, &trainable, &config, &run.state, dtype)?;
             }
-            state::save(
-                &args.output,
-                &run.state,
-                &trainable.tensors()?,
-                &run.optimiser.state(trainable.vars()),
-            )?;
+            save_run(&args.output, &run, &trainable)?;
             if !better {
                 // The history in decision.json follows the run even when the weights do not.
                 refresh_history(&args.output, &run.state)?;
@@ -435,6 +403,16 @@ const LOG_EVERY: u64 = 10;
 struct Run {
     state: RunState,
     optimiser: AdamW,
+}
+
+/// Save the run state (weights and AdamW moments) at its step.
+fn save_run(output: &Path, run: &Run, trainable: &Trainable) -> anyhow::Result<()> {
+    state::save(
+        output,
+        &run.state,
+        &trainable.tensors()?,
+        &run.optimiser.state(trainable.vars()),
+    )
 }
 
 /// The run's endless sequence of batches, resumable at any step.
@@ -507,22 +485,11 @@ fn sample_valid(
     limit: usize,
     seed: u64,
 ) -> (Vec<Example>, Vec<String>) {
-    use rand::SeedableRng;
-    use rand::seq::SliceRandom;
-    let mut order: Vec<usize> = (0..valid.len()).collect();
-    order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
-    order.truncate(limit);
-    order.sort_unstable();
+    let keep = data::sample_indices(valid.len(), limit, seed);
     let mut valid: Vec<Option<Example>> = valid.into_iter().map(Some).collect();
-    let mut out = Vec::with_capacity(order.len());
-    let mut out_families = Vec::with_capacity(order.len());
-    for i in order {
-        if let Some(example) = valid[i].take() {
-            out.push(example);
-            out_families.push(families[i].clone());
-        }
-    }
-    (out, out_families)
+    keep.into_iter()
+        .filter_map(|i| valid[i].take().map(|e| (e, families[i].clone())))
+        .unzip()
 }
 
 /// Loss, accuracy, ECE and coverage at 5% error over the validation questions, with the

@@ -186,8 +186,8 @@ pub struct TrainConfig {
     pub dtype: String,
 }
 
-impl TrainConfig {
-    /// The fields `other` sets differently, `steps` aside (exact comparison, floats too).
+impl state::RunConfig for TrainConfig {
+    /// Exact comparison, floats too.
     #[allow(clippy::float_cmp)]
     fn differences(&self, other: &TrainConfig) -> Vec<&'static str> {
         let mut out = Vec::new();
@@ -225,7 +225,9 @@ impl TrainConfig {
         );
         out
     }
+}
 
+impl TrainConfig {
     fn terms(&self) -> Terms {
         Terms {
             label_smoothing: self.label_smoothing,
@@ -378,32 +380,11 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
         seed: args.seed,
         dtype: args.dtype.clone(),
     };
-    let saved = state::latest::<TrainConfig>(&args.output)?;
-    if let Some(saved) = &saved {
-        let differences = saved.state.config.differences(&run_config);
-        if !differences.is_empty() {
-            bail!(
-                "{} holds a run with different {}: resume it with the settings it was started \
-                 with, or choose another --output",
-                args.output.display(),
-                differences.join(", ")
-            );
-        }
-    } else if args.output.join(ADAPTER_FILE).exists() {
-        bail!(
-            "{} already holds an adapter but no run state to resume; choose another --output",
-            args.output.display()
-        );
-    }
-    let families: Vec<String> = gathered
-        .families
-        .iter()
-        .map(|(family, count)| format!("{family} {count}"))
-        .collect();
+    let saved = state::resume(&args.output, &run_config, ADAPTER_FILE, "an adapter")?;
     eprintln!(
         "data: {} records ({})",
         gathered.records.len(),
-        families.join(", ")
+        gathered.families_line()
     );
     let (train_records, valid_records) = data::split(gathered.records, args.valid_fraction);
     let (train, skipped) = side(&engine, train_records, args.max_tokens)?;
@@ -625,16 +606,10 @@ fn option_count(kind: &QuestionKind) -> usize {
 
 /// Keep a seeded sample of at most `limit` examples, in their original order.
 fn sample(examples: &mut Vec<Example>, limit: usize, seed: u64) {
-    use rand::SeedableRng;
-    use rand::seq::SliceRandom;
-    if examples.len() <= limit {
-        return;
-    }
-    let mut order: Vec<usize> = (0..examples.len()).collect();
-    order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
-    order.truncate(limit);
-    order.sort_unstable();
-    *examples = order.into_iter().map(|i| examples[i].clone()).collect();
+    *examples = data::sample_indices(examples.len(), limit, seed)
+        .into_iter()
+        .map(|i| examples[i].clone())
+        .collect();
 }
 
 /// A random presentation of a question with `n` options: a shuffle for a Choice, either
@@ -817,13 +792,10 @@ impl Trainer<'_> {
             let indices = &order[start..end];
             let batch = self.render(valid, indices, |_, n, _| (0..n).collect())?;
             let logits = decoder.train_code_logits(&batch.rows, &batch.codes, &weights, None)?;
-            let log_probs: Vec<Vec<f32>> =
-                objective::log_probs(&logits, &batch.targets.counts)?.to_vec2()?;
-            let losses: Vec<f32> = objective::cross_entropy(
-                &objective::log_probs(&logits, &batch.targets.counts)?,
-                &batch.targets,
-            )?
-            .to_vec1()?;
+            let log_probs = objective::log_probs(&logits, &batch.targets.counts)?;
+            let losses: Vec<f32> =
+                objective::cross_entropy(&log_probs, &batch.targets)?.to_vec1()?;
+            let log_probs: Vec<Vec<f32>> = log_probs.to_vec2()?;
             let raw: Vec<Vec<f32>> = logits.to_vec2()?;
             for (row, &n) in batch.targets.counts.iter().enumerate() {
                 out.push(Scored {
