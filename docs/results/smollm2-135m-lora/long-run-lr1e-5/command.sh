@@ -1,0 +1,1 @@
+./target/release/ruling-train lora --base smollm2-135m --cache-dir target/ruling-cache --datasets clinc150,sst5,boolq --per-source 600 --output target/lora/smollm2-lr1e-5-long --name smollm2-135m-lora-lr1e-5-long --layers 8 --steps 1000 --eval-every 50 --warmup 50 --batch-tokens 1536 --valid-fraction 0.05 --valid-questions 120 --learning-rate 1e-5
