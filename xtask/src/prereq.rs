@@ -56,7 +56,11 @@ fn libclang_present() -> bool {
             entries.flatten().any(|entry| {
                 let name = entry.file_name();
                 let name = name.to_string_lossy();
-                name.starts_with("libclang") && name.contains(".so")
+                // libclang-cpp (the C++ API, which some other packages pull in) is not the C
+                // library bindgen loads; a machine with only it still needs libclang-dev.
+                name.starts_with("libclang")
+                    && !name.starts_with("libclang-cpp")
+                    && name.contains(".so")
             })
         })
     };
