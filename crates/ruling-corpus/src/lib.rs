@@ -16,6 +16,7 @@
 
 mod dataset;
 mod error;
+pub mod journal;
 mod jsonl;
 mod record;
 mod sources;

@@ -195,35 +195,22 @@ pub fn results_path(dir: &Path, dataset: &str) -> PathBuf {
     dir.join(RESULTS_DIR).join(format!("{dataset}.jsonl"))
 }
 
-/// A result file read back: its complete lines, and how many bytes of an unterminated last
-/// line (a write cut short) follow them.
-#[derive(Debug, Default)]
-pub struct ReadBack {
-    pub lines: Vec<ResultLine>,
-    /// Length of the complete lines, where a repair cuts the file.
-    pub complete_bytes: u64,
-    /// Bytes of an unterminated last line; 0 when the file ends with a newline.
-    pub partial_bytes: u64,
-}
+/// A result file read back: its complete lines, and the unterminated tail a cut write left.
+pub type ReadBack = ruling_corpus::journal::ReadBack<ResultLine>;
+pub use ruling_corpus::journal::Appender;
 
-/// Reads one result file. A missing file reads as empty. A complete line that is not a
-/// result, or a record id seen twice, is an error naming the line: those are not what a killed
-/// run leaves behind.
+/// Reads one result file (a journal: `ruling_corpus::journal`). A missing file reads as
+/// empty. A complete line that is not a result, or a record id seen twice, is an error naming
+/// the line: those are not what a killed run leaves behind.
 pub fn read_results(path: &Path) -> anyhow::Result<ReadBack> {
-    let bytes = match fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ReadBack::default()),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let mut lines = Vec::new();
-    let mut seen = HashSet::new();
-    for (index, line) in bytes[..complete].split(|&b| b == b'\n').enumerate() {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+    let read = ruling_corpus::journal::read_journal::<ResultLine>(path).map_err(|e| match e {
+        ruling_corpus::CorpusError::Json { path, line, source } => {
+            anyhow::anyhow!("{}:{line}: not a result line: {source}", path.display())
         }
-        let result: ResultLine = serde_json::from_slice(line)
-            .with_context(|| format!("{}:{}: not a result line", path.display(), index + 1))?;
+        other => other.into(),
+    })?;
+    let mut seen = HashSet::new();
+    for (index, result) in read.lines.iter().enumerate() {
         if !seen.insert(result.id.clone()) {
             bail!(
                 "{}:{}: record {:?} appears a second time",
@@ -232,62 +219,14 @@ pub fn read_results(path: &Path) -> anyhow::Result<ReadBack> {
                 result.id
             );
         }
-        lines.push(result);
     }
-    Ok(ReadBack {
-        lines,
-        complete_bytes: complete as u64,
-        partial_bytes: (bytes.len() - complete) as u64,
-    })
+    Ok(read)
 }
 
 /// Cuts an unterminated last line off a result file (what a killed run leaves), so appending
 /// starts on a fresh line. Returns how many bytes were dropped.
 pub fn repair(path: &Path, read: &ReadBack) -> anyhow::Result<u64> {
-    if read.partial_bytes == 0 {
-        return Ok(0);
-    }
-    let file = fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .with_context(|| format!("opening {} to repair it", path.display()))?;
-    file.set_len(read.complete_bytes)
-        .with_context(|| format!("truncating {}", path.display()))?;
-    file.sync_all()?;
-    Ok(read.partial_bytes)
-}
-
-/// Appends result lines to one file, each with a single write ending in its newline.
-#[derive(Debug)]
-pub struct Appender {
-    file: fs::File,
-    path: PathBuf,
-}
-
-impl Appender {
-    pub fn open(path: &Path) -> anyhow::Result<Self> {
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-        }
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("opening {} for appending", path.display()))?;
-        Ok(Self {
-            file,
-            path: path.to_owned(),
-        })
-    }
-
-    pub fn append(&mut self, line: &ResultLine) -> anyhow::Result<()> {
-        let mut bytes = serde_json::to_vec(line)?;
-        bytes.push(b'\n');
-        self.file
-            .write_all(&bytes)
-            .and_then(|()| self.file.flush())
-            .with_context(|| format!("appending to {}", self.path.display()))
-    }
+    Ok(ruling_corpus::journal::repair(path, read)?)
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, renamed
