@@ -35,6 +35,9 @@ pub struct Sources {
     /// Per-source caps that replace `per_source` for the sources they name.
     pub caps: BTreeMap<String, usize>,
     pub files: Vec<PathBuf>,
+    /// Multipliers of record weights by source: a key applies to the family it names and to
+    /// every family it prefixes with `_` (`distill` weighs `distill_boolq`, `distill_snips`).
+    pub weights: BTreeMap<String, f64>,
     pub seed: u64,
 }
 
@@ -118,6 +121,7 @@ pub fn gather(sources: &Sources) -> anyhow::Result<Gathered> {
     let held_out = ruling_corpus::held_out_states(&sources.root)
         .context("reading the held-out splits for the overlap check")?;
     refuse_held_out(&records, &held_out)?;
+    apply_weights(&mut records, &sources.weights)?;
 
     let mut digest = Sha256::new();
     let mut families = BTreeMap::new();
@@ -132,6 +136,51 @@ pub fn gather(sources: &Sources) -> anyhow::Result<Gathered> {
         records_sha256: hex(&digest.finalize()),
         families,
     })
+}
+
+/// Multiply each record's weight by its source's; a weight no record's family matches is a
+/// typo, and refused.
+fn apply_weights(records: &mut [Record], weights: &BTreeMap<String, f64>) -> anyhow::Result<()> {
+    for (source, weight) in weights {
+        let applies = |family: &str| {
+            family == source
+                || family
+                    .strip_prefix(source.as_str())
+                    .is_some_and(|rest| rest.starts_with('_'))
+        };
+        let mut matched = 0usize;
+        for record in records.iter_mut().filter(|r| applies(&r.family)) {
+            record.weight *= weight;
+            matched += 1;
+        }
+        if matched == 0 {
+            let mut families: Vec<&str> = records.iter().map(|r| r.family.as_str()).collect();
+            families.sort_unstable();
+            families.dedup();
+            bail!(
+                "--weight {source}={weight} matches no record; the families are {}",
+                families.join(", ")
+            );
+        }
+        eprintln!("data: {matched} records of {source} weighted x{weight}");
+    }
+    Ok(())
+}
+
+/// A `--weight` value: `SOURCE=W`, W finite and not negative.
+pub fn parse_weight(text: &str) -> Result<(String, f64), String> {
+    let (source, weight) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected SOURCE=WEIGHT such as distill=0.5, got {text:?}"))?;
+    let weight: f64 = weight
+        .parse()
+        .map_err(|_| format!("the weight in {text:?} is not a number"))?;
+    if !weight.is_finite() || weight < 0.0 || source.is_empty() {
+        return Err(format!(
+            "expected SOURCE=WEIGHT with a finite weight >= 0, got {text:?}"
+        ));
+    }
+    Ok((source.to_owned(), weight))
 }
 
 /// Stop when any record's state is one a held-out split holds, naming a few of them.
@@ -218,5 +267,46 @@ pub fn parse_sources(names: &[String]) -> anyhow::Result<Vec<TrainingSource>> {
             .iter()
             .map(|n| n.parse::<TrainingSource>().map_err(anyhow::Error::from))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(family: &str) -> Record {
+        serde_json::from_value(serde_json::json!({
+            "family": family, "state": "s",
+            "questions": {"q": {"type": "noul", "instructions": "?"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_source_weight_covers_its_family_and_the_families_it_prefixes() {
+        let mut records = vec![
+            record("distill_boolq"),
+            record("distill_snips"),
+            record("distiller"),
+            record("boolq"),
+        ];
+        let weights = BTreeMap::from([("distill".to_owned(), 0.5), ("boolq".to_owned(), 2.0)]);
+        apply_weights(&mut records, &weights).unwrap();
+        let got: Vec<f64> = records.iter().map(|r| r.weight).collect();
+        assert_eq!(got, [0.5, 0.5, 1.0, 2.0]);
+        let typo = BTreeMap::from([("bolq".to_owned(), 2.0)]);
+        let error = apply_weights(&mut records, &typo).unwrap_err().to_string();
+        assert!(
+            error.contains("matches no record") && error.contains("boolq"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn weights_parse_or_say_what_is_expected() {
+        assert_eq!(parse_weight("distill=0.5"), Ok(("distill".into(), 0.5)));
+        for bad in ["distill", "distill=x", "distill=-1", "=1", "a=inf"] {
+            assert!(parse_weight(bad).is_err(), "{bad}");
+        }
     }
 }

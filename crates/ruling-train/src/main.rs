@@ -6,6 +6,8 @@
 //! - `ruling-train lora` teaches a decoder's letter readout with a LoRA adapter on the same
 //!   records, rendered exactly as the engine renders them, and writes an adapter
 //!   `ruling-serve --adapter NAME=PATH` serves beside its base.
+//! - `ruling-train distill write` and `distill answer` make distillation records: a large
+//!   decoder's questions about development states, with its answers as soft targets.
 //!
 //! Every trainer refuses held-out states, resumes exactly after a kill (rerun the same
 //! command), and keeps its best checkpoint with the sha256 of its data.
@@ -13,6 +15,7 @@
 use clap::{Parser, Subcommand};
 
 mod data;
+mod distill;
 mod encoder;
 mod lora;
 mod state;
@@ -33,6 +36,10 @@ enum Command {
     Encoder(encoder::EncoderArgs),
     /// Teach a decoder's letter readout with a LoRA adapter.
     Lora(lora::LoraArgs),
+    /// Distillation data: a large decoder writes questions about development states and
+    /// answers them; its distributions become soft targets for `encoder --data`.
+    #[command(subcommand)]
+    Distill(distill::DistillCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,5 +47,6 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Encoder(args) => encoder::run(&args),
         Command::Lora(args) => lora::run(&args),
+        Command::Distill(command) => distill::run(&command),
     }
 }

@@ -218,14 +218,20 @@ pub fn log_validation(entry: &Validation) {
 
 /// The training progress bar, resumed at `done`.
 pub fn progress(total: u64, done: u64) -> ProgressBar {
+    let bar = self::bar(total, done, "steps");
+    bar.set_prefix("training");
+    bar
+}
+
+/// A progress bar counting `unit`, with a message and an ETA.
+pub fn bar(total: u64, done: u64, unit: &str) -> ProgressBar {
     let bar = ProgressBar::new(total).with_position(done);
     bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix} [{bar:30}] {pos}/{len} steps  {msg}  {elapsed_precise} ETA {eta_precise}",
-        )
+        ProgressStyle::with_template(&format!(
+            "{{prefix}} [{{bar:30}}] {{pos}}/{{len}} {unit}  {{msg}}  {{elapsed_precise}} ETA {{eta_precise}}"
+        ))
         .expect("a valid template")
         .progress_chars("=> "),
     );
-    bar.set_prefix("training");
     bar
 }

@@ -30,7 +30,7 @@ use ruling_encoder::train::{
 use ruling_encoder::{DecisionModel, EncoderFiles, Kernels, Limits};
 use serde::{Deserialize, Serialize};
 
-use crate::data::{self, DataFile, Sources, parse_cap, parse_sources};
+use crate::data::{self, DataFile, Sources, parse_cap, parse_sources, parse_weight};
 use crate::state::{self, Validation, log_validation, progress};
 
 type RunState = state::RunState<TrainConfig>;
@@ -63,6 +63,10 @@ pub struct EncoderArgs {
     /// More training records, as JSONL files of DESIGN.md's record format (repeatable).
     #[arg(long = "data")]
     pub data: Vec<PathBuf>,
+    /// A weight for one source's records (repeatable), multiplying theirs: `distill=0.5`
+    /// weighs every `distill_*` family, `boolq=2` the BoolQ records.
+    #[arg(long = "weight", value_parser = parse_weight)]
+    pub weights: Vec<(String, f64)>,
     /// The datasets folder [default: `RULING_DATASETS`, else `shared/datasets` beside the
     /// workspace].
     #[arg(long)]
@@ -210,6 +214,7 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         per_source: args.per_source,
         caps: args.caps.iter().cloned().collect(),
         files: args.data.clone(),
+        weights: args.weights.iter().cloned().collect(),
         seed: args.seed,
     })?;
     let config = TrainConfig {

@@ -41,7 +41,7 @@ use ruling_encoder::train::{AdamW, GroupSettings, schedule};
 use ruling_schema::{Capabilities, QuestionKind, ValidRequest};
 use serde::{Deserialize, Serialize};
 
-use crate::data::{self, DataFile, Sources, parse_cap, parse_sources};
+use crate::data::{self, DataFile, Sources, parse_cap, parse_sources, parse_weight};
 use crate::state::{self, Validation, log_validation, progress};
 use objective::{Targets, Terms};
 
@@ -82,6 +82,10 @@ pub struct LoraArgs {
     /// More training records, as JSONL files of DESIGN.md's record format (repeatable).
     #[arg(long = "data")]
     pub data: Vec<PathBuf>,
+    /// A weight for one source's records (repeatable), multiplying theirs: `distill=0.5`
+    /// weighs every `distill_*` family, `boolq=2` the BoolQ records.
+    #[arg(long = "weight", value_parser = parse_weight)]
+    pub weights: Vec<(String, f64)>,
     /// The datasets folder [default: `RULING_DATASETS`, else `shared/datasets` beside the
     /// workspace].
     #[arg(long)]
@@ -350,6 +354,7 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
         per_source: args.per_source,
         caps: args.caps.iter().cloned().collect(),
         files: args.data.clone(),
+        weights: args.weights.iter().cloned().collect(),
         seed: args.seed,
     })?;
     let run_config = TrainConfig {

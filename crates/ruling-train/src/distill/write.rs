@@ -1,0 +1,480 @@
+//! `ruling-train distill write`: the writer model's questions about development states.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use ruling_core::{ChatMessage, DecoderBackend, Finish, Options, Role, Sampling, Writer};
+use ruling_corpus::journal::{Appender, read_journal, repair};
+use ruling_corpus::{Dataset, LoadOptions, Record, Split, state_key};
+use ruling_schema::{Capabilities, State};
+use serde::{Deserialize, Serialize};
+
+use super::parse::{Dropped, parse_reply};
+use super::{DistillDir, WRITE_MANIFEST, WRITTEN_FILE, pin_settings, sha256_hex};
+use crate::data::{DataFile, sample_indices};
+
+/// Arguments of `ruling-train distill write`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Example (docs/distill.md):
+  ruling-train distill write --dir target/distill --writer qwen2.5-coder-0.5b --per-source 70")]
+pub struct WriteArgs {
+    /// The distillation directory: the journal, the settings, later the answers. Rerunning
+    /// the same command resumes.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// The decoder that writes the questions: a catalog name, `hf:org/repo`, or a local path.
+    #[arg(long, default_value = "qwen2.5-coder-0.5b")]
+    pub writer: String,
+    /// What runs the writer: llama (fast generation) or candle.
+    #[arg(long, default_value = "llama")]
+    pub backend: DecoderBackend,
+    /// Datasets whose development rows give the states (comma-separated, or `none`). A
+    /// dataset with no development split is refused.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "boolq,sst5-train,hwu64,snips,clinc150,goemotions,medical-abstracts,snli,rte,cb"
+    )]
+    pub datasets: Vec<String>,
+    /// JSONL files of more states (repeatable): records of DESIGN.md, or objects with a
+    /// `"state"`. A held-out state in one stops the run.
+    #[arg(long = "states")]
+    pub states: Vec<PathBuf>,
+    /// States drawn from each dataset (a seeded sample of its distinct development states).
+    #[arg(long, default_value_t = 70)]
+    pub per_source: usize,
+    /// Questions asked for per state.
+    #[arg(long, default_value_t = 6)]
+    pub questions: usize,
+    /// States written together in one generation call.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Seeds the sample, the order of states and every batch's draws.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Most tokens one reply may have.
+    #[arg(long, default_value_t = 1024)]
+    pub max_tokens: usize,
+    /// Stop (cleanly, resumable) once the journal holds this many states.
+    #[arg(long)]
+    pub stop_after: Option<usize>,
+    /// The datasets folder [default: `RULING_DATASETS`, else `shared/datasets` beside the
+    /// workspace].
+    #[arg(long)]
+    pub datasets_root: Option<PathBuf>,
+    /// The model cache root.
+    #[arg(long, env = "RULING_CACHE")]
+    pub cache: Option<PathBuf>,
+}
+
+/// What the writer stage pins at its first run.
+#[derive(Debug, Serialize, Deserialize)]
+struct WriteSettings {
+    writer: String,
+    backend: String,
+    datasets: Vec<String>,
+    files: Vec<DataFile>,
+    per_source: usize,
+    questions: usize,
+    batch: usize,
+    seed: u64,
+    temperature: f32,
+    top_p: f32,
+    max_tokens: usize,
+    states: usize,
+    /// sha256 over the state keys in the order they are written.
+    states_sha256: String,
+    prompt_version: u32,
+}
+
+/// One state's line in the writer's journal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WrittenState {
+    /// sha256 of the state's [`state_key`].
+    pub key: String,
+    pub source: String,
+    pub batch: usize,
+    pub prompt_tokens: usize,
+    pub reply_tokens: usize,
+    /// `stop` (the writer ended its turn) or `length` (it ran out of tokens).
+    pub finish: String,
+    pub reply: String,
+    /// What was dropped, by reason.
+    pub dropped: BTreeMap<Dropped, usize>,
+    /// The kept questions about the state, when there are any.
+    pub record: Option<Record>,
+}
+
+/// A state to write about, and where it came from.
+#[derive(Debug, Clone)]
+struct Candidate {
+    source: String,
+    state: State,
+    key: String,
+}
+
+/// Bumped whenever the writer prompt changes, so a resumed run never mixes two prompts.
+const PROMPT_VERSION: u32 = 1;
+
+const WRITER_SYSTEM: &str = "You write test questions for software that reads a document and \
+    makes quick typed judgments about it. You answer with one JSON object and no other text.";
+
+/// The conversation asking for `count` questions about `state`.
+fn writer_prompt(state: &State, count: usize) -> Vec<ChatMessage> {
+    let user = format!(
+        r#"Document:
+{document}
+
+Write {count} questions a program could ask about this document, each of one of three types:
+- "noul": a yes-or-no statement about the document.
+- "choice": one of 2 to 8 named options, each option with a short description.
+- "score": an ordered scale of 3 to 5 levels, listed from lowest to highest.
+Use all three types. Ask about different things: the writer's intent, the tone, facts the
+document states, facts it leaves out, risks, what should happen next, what category it belongs
+to. Make some questions hard to answer from the document alone, and some whose answer is
+plainly no. Give every question a distinct snake_case id.
+
+Answer in exactly this shape:
+{{"questions": {{
+  "an_id": {{"type": "noul", "instructions": "..."}},
+  "another_id": {{"type": "choice", "instructions": "...", "criteria": {{"first_option": "what it means", "second_option": "what it means"}}}},
+  "a_third_id": {{"type": "score", "instructions": "...", "criteria": ["lowest level", "middle level", "highest level"]}}
+}}}}"#,
+        document = state.render(),
+    );
+    vec![
+        ChatMessage::new(Role::System, WRITER_SYSTEM),
+        ChatMessage::new(Role::User, user),
+    ]
+}
+
+/// Batch `index`'s draws: a seed of its own, so a batch written again after a kill gives the
+/// same texts whatever ran before it.
+fn batch_seed(seed: u64, index: usize) -> u64 {
+    seed ^ (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+pub fn run(args: &WriteArgs) -> anyhow::Result<()> {
+    if args.batch == 0 || args.questions == 0 {
+        bail!("--batch and --questions must be at least 1");
+    }
+    let dir = DistillDir::new(&args.dir);
+    let root = args
+        .datasets_root
+        .clone()
+        .unwrap_or_else(ruling_corpus::default_root);
+    let (candidates, files) = gather_states(args, &root)?;
+    if candidates.is_empty() {
+        bail!("no states to write about: --datasets and --states gave none");
+    }
+    let settings = WriteSettings {
+        writer: args.writer.clone(),
+        backend: args.backend.as_str().to_owned(),
+        datasets: args.datasets.clone(),
+        files,
+        per_source: args.per_source,
+        questions: args.questions,
+        batch: args.batch,
+        seed: args.seed,
+        temperature: args.temperature,
+        top_p: args.top_p,
+        max_tokens: args.max_tokens,
+        states: candidates.len(),
+        states_sha256: sha256_hex(
+            candidates
+                .iter()
+                .map(|c| c.key.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+                .as_bytes(),
+        ),
+        prompt_version: PROMPT_VERSION,
+    };
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    pin_settings(&dir.file(WRITE_MANIFEST), &settings, "write")?;
+
+    let journal_path = dir.file(WRITTEN_FILE);
+    let journal = read_journal::<WrittenState>(&journal_path)?;
+    let cut = repair(&journal_path, &journal)?;
+    if cut > 0 {
+        eprintln!(
+            "distill write: dropped {cut} bytes of a line a killed run left unfinished in {}",
+            journal_path.display()
+        );
+    }
+    let mut done: HashSet<String> = journal.lines.iter().map(|l| l.key.clone()).collect();
+    let mut totals = Totals::from_lines(&journal.lines);
+    let stop_at = args.stop_after.unwrap_or(usize::MAX).min(candidates.len());
+    if done.len() >= stop_at {
+        eprintln!(
+            "distill write: {} of {} states already written",
+            done.len(),
+            candidates.len()
+        );
+        return super::stats::print(&args.dir);
+    }
+
+    eprintln!(
+        "distill write: {} states ({} written), {} questions each, writer {} on {}",
+        candidates.len(),
+        done.len(),
+        args.questions,
+        args.writer,
+        args.backend.as_str()
+    );
+    let writer = Writer::load(
+        &args.writer,
+        &Options {
+            backend: args.backend,
+            cache_dir: args.cache.clone(),
+            ..Options::default()
+        },
+    )
+    .with_context(|| format!("loading the writer {}", args.writer))?;
+    let caps = Capabilities::default();
+    let mut out = Appender::open(&journal_path)?;
+    let bar = crate::state::bar(candidates.len() as u64, done.len() as u64, "states");
+    bar.set_prefix("writing");
+    let started = Instant::now();
+    let mut tokens_now = 0usize;
+    for (index, batch) in candidates.chunks(args.batch).enumerate() {
+        if done.len() >= stop_at {
+            break;
+        }
+        if batch.iter().all(|c| done.contains(&c.key)) {
+            continue;
+        }
+        let conversations: Vec<_> = batch
+            .iter()
+            .map(|c| writer_prompt(&c.state, args.questions))
+            .collect();
+        let sampling = Sampling {
+            temperature: args.temperature,
+            top_p: args.top_p,
+            seed: batch_seed(args.seed, index),
+            max_tokens: args.max_tokens,
+        };
+        let written = writer
+            .write(&conversations, &sampling)
+            .with_context(|| format!("writing batch {index}"))?;
+        let mut lines = Vec::new();
+        for (candidate, reply) in batch.iter().zip(written) {
+            tokens_now += reply.tokens.len();
+            if done.contains(&candidate.key) {
+                continue;
+            }
+            let parsed = parse_reply(&reply.text, &candidate.state, &caps);
+            let record = (!parsed.questions.is_empty()).then(|| Record {
+                id: Some(format!(
+                    "distill:{}:{}",
+                    candidate.source,
+                    &candidate.key[..16]
+                )),
+                family: format!("distill_{}", candidate.source),
+                state: candidate.state.clone(),
+                questions: parsed.questions,
+                labels: Default::default(),
+                references: Default::default(),
+                weight: 1.0,
+            });
+            lines.push(WrittenState {
+                key: candidate.key.clone(),
+                source: candidate.source.clone(),
+                batch: index,
+                prompt_tokens: reply.prompt_tokens,
+                reply_tokens: reply.tokens.len(),
+                finish: match reply.finish {
+                    Finish::Stop => "stop",
+                    Finish::Length => "length",
+                }
+                .to_owned(),
+                reply: reply.text,
+                dropped: parsed.dropped,
+                record,
+            });
+        }
+        out.append_all(&lines)?;
+        for line in &lines {
+            done.insert(line.key.clone());
+            totals.add(line);
+        }
+        bar.set_position(done.len() as u64);
+        let message = format!(
+            "{} questions kept, {} dropped, {:.1} tok/s written",
+            totals.kept,
+            totals.dropped,
+            tokens_now as f64 / started.elapsed().as_secs_f64().max(1e-9)
+        );
+        if bar.is_hidden() {
+            eprintln!(
+                "distill write: {}/{} states, {message}",
+                done.len(),
+                candidates.len()
+            );
+        }
+        bar.set_message(message);
+    }
+    bar.finish();
+    eprintln!(
+        "distill write: {} of {} states written in {:.0?} this run",
+        done.len(),
+        candidates.len(),
+        started.elapsed()
+    );
+    super::stats::print(&args.dir)
+}
+
+/// Running counts for the progress line.
+#[derive(Debug, Default)]
+struct Totals {
+    kept: usize,
+    dropped: usize,
+}
+
+impl Totals {
+    fn from_lines(lines: &[WrittenState]) -> Self {
+        let mut totals = Self::default();
+        for line in lines {
+            totals.add(line);
+        }
+        totals
+    }
+
+    fn add(&mut self, line: &WrittenState) {
+        self.kept += line.record.as_ref().map_or(0, |r| r.questions.len());
+        self.dropped += line.dropped.values().sum::<usize>();
+    }
+}
+
+/// Every state to write about, in the order they are written, and the state files read.
+fn gather_states(
+    args: &WriteArgs,
+    root: &std::path::Path,
+) -> anyhow::Result<(Vec<Candidate>, Vec<DataFile>)> {
+    let held_out = ruling_corpus::held_out_states(root)
+        .with_context(|| format!("reading the held-out splits under {}", root.display()))?;
+    let mut seen = HashSet::new();
+    let mut candidates = Vec::new();
+    let mut push = |source: &str, state: State, candidates: &mut Vec<Candidate>| {
+        let key = sha256_hex(state_key(&state).as_bytes());
+        if seen.insert(key.clone()) {
+            candidates.push(Candidate {
+                source: source.to_owned(),
+                state,
+                key,
+            });
+        }
+    };
+    let names = args.datasets.iter().filter(|n| n.as_str() != "none");
+    for name in names {
+        let dataset: Dataset = name.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+        if !dataset.splits().contains(&Split::Dev) {
+            bail!(
+                "{name} has no development split: held-out data is never distilled \
+                 (shared/datasets/README.md)"
+            );
+        }
+        let records = ruling_corpus::load(
+            dataset,
+            Split::Dev,
+            &LoadOptions {
+                root: Some(root.to_owned()),
+                limit: None,
+                seed: args.seed,
+            },
+        )?;
+        let mut keys = HashSet::new();
+        let states: Vec<State> = records
+            .into_iter()
+            .map(|r| r.state)
+            .filter(|s| !held_out.contains(s) && keys.insert(state_key(s)))
+            .collect();
+        let source_seed = args.seed
+            ^ u64::from_le_bytes(
+                sha256_hex(name.as_bytes()).as_bytes()[..8]
+                    .try_into()
+                    .expect("8 bytes"),
+            );
+        for index in sample_indices(states.len(), args.per_source, source_seed) {
+            push(name, states[index].clone(), &mut candidates);
+        }
+    }
+    let mut files = Vec::new();
+    for path in &args.states {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let source = path
+            .file_stem()
+            .map_or_else(|| "states".to_owned(), |s| s.to_string_lossy().into_owned());
+        let mut held = 0;
+        for (index, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let where_ = || format!("{}:{}", path.display(), index + 1);
+            let value: serde_json::Value =
+                serde_json::from_str(line).with_context(|| format!("{}: not JSON", where_()))?;
+            let state = value
+                .get("state")
+                .cloned()
+                .ok_or_else(|| anyhow::anyhow!("{}: no \"state\" field", where_()))?;
+            let state = State::new(state).map_err(|v| {
+                anyhow::anyhow!(
+                    "{}: a state is a string, object or array, got {v}",
+                    where_()
+                )
+            })?;
+            if held_out.contains(&state) {
+                held += 1;
+                continue;
+            }
+            push(&source, state, &mut candidates);
+        }
+        if held > 0 {
+            bail!(
+                "{} holds {held} states of held-out splits; held-out data is never distilled",
+                path.display()
+            );
+        }
+        files.push(DataFile {
+            path: path.clone(),
+            sha256: sha256_hex(&bytes),
+        });
+    }
+    candidates.shuffle(&mut ChaCha8Rng::seed_from_u64(args.seed));
+    Ok((candidates, files))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prompt_names_the_count_and_holds_the_document() {
+        let state = State::new(serde_json::json!({"ticket": "refund please"})).unwrap();
+        let prompt = writer_prompt(&state, 5);
+        assert_eq!(prompt.len(), 2);
+        assert!(prompt[1].content.contains("Write 5 questions"));
+        assert!(prompt[1].content.contains("\"ticket\": \"refund please\""));
+        // The shape example is itself a reply the parser accepts.
+        let example = prompt[1].content.split("shape:\n").nth(1).unwrap();
+        let parsed = parse_reply(example, &state, &Capabilities::default());
+        assert_eq!(parsed.questions.len(), 3, "{:?}", parsed.dropped);
+    }
+
+    #[test]
+    fn batch_seeds_differ_and_do_not_depend_on_what_ran_before() {
+        assert_ne!(batch_seed(0, 0), batch_seed(0, 1));
+        assert_ne!(batch_seed(0, 3), batch_seed(1, 3));
+        assert_eq!(batch_seed(7, 3), batch_seed(7, 3));
+    }
+}
