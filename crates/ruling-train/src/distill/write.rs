@@ -21,14 +21,14 @@ use crate::data::{DataFile, sample_indices};
 /// Arguments of `ruling-train distill write`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = "Example (docs/distill.md):
-  ruling-train distill write --dir target/distill --writer qwen2.5-coder-0.5b --per-source 70")]
+  ruling-train distill write --dir data/distill --per-source 90")]
 pub struct WriteArgs {
     /// The distillation directory: the journal, the settings, later the answers. Rerunning
     /// the same command resumes.
     #[arg(long)]
     pub dir: PathBuf,
     /// The decoder that writes the questions: a catalog name, `hf:org/repo`, or a local path.
-    #[arg(long, default_value = "qwen2.5-coder-0.5b")]
+    #[arg(long, default_value = "qwen2.5-coder-1.5b")]
     pub writer: String,
     /// What runs the writer: llama (fast generation) or candle.
     #[arg(long, default_value = "llama")]
@@ -46,7 +46,7 @@ pub struct WriteArgs {
     #[arg(long = "states")]
     pub states: Vec<PathBuf>,
     /// States drawn from each dataset (a seeded sample of its distinct development states).
-    #[arg(long, default_value_t = 70)]
+    #[arg(long, default_value_t = 90)]
     pub per_source: usize,
     /// Questions asked for per state.
     #[arg(long, default_value_t = 6)]
@@ -61,8 +61,9 @@ pub struct WriteArgs {
     pub temperature: f32,
     #[arg(long, default_value_t = 0.95)]
     pub top_p: f32,
-    /// Most tokens one reply may have.
-    #[arg(long, default_value_t = 1024)]
+    /// Most tokens one reply may have. Six well-formed questions took 290-590 tokens on the
+    /// 1.5B writer; the replies that went past this were loops of one question repeated.
+    #[arg(long, default_value_t = 768)]
     pub max_tokens: usize,
     /// Stop (cleanly, resumable) once the journal holds this many states.
     #[arg(long)]
@@ -123,30 +124,34 @@ struct Candidate {
 }
 
 /// Bumped whenever the writer prompt changes, so a resumed run never mixes two prompts.
-const PROMPT_VERSION: u32 = 1;
+const PROMPT_VERSION: u32 = 3;
 
 const WRITER_SYSTEM: &str = "You write test questions for software that reads a document and \
     makes quick typed judgments about it. You answer with one JSON object and no other text.";
 
-/// The conversation asking for `count` questions about `state`.
+/// The conversation asking for `count` questions about `state`: the type mix spelled out
+/// and the count repeated, because the 1.5B writer, asked only for "a mix" and a count, kept
+/// writing questions past it until the reply ran out of tokens on half the states.
 fn writer_prompt(state: &State, count: usize) -> Vec<ChatMessage> {
+    let [noul, choice, score] = type_mix(count);
     let user = format!(
         r#"Document:
 {document}
 
-Write {count} questions a program could ask about this document, each of one of three types:
-- "noul": a yes-or-no statement about the document.
-- "choice": one of 2 to 8 named options, each option with a short description.
-- "score": an ordered scale of 3 to 5 levels, listed from lowest to highest.
-Use all three types. Ask about different things: the writer's intent, the tone, facts the
-document states, facts it leaves out, risks, what should happen next, what category it belongs
-to. Make some questions hard to answer from the document alone, and some whose answer is
-plainly no. Give every question a distinct snake_case id.
+Write exactly {count} questions a program could ask about this document: {noul} of type "noul", {choice} of type "choice" and {score} of type "score".
+- "noul": a yes-or-no question about the document.
+- "choice": one of 2 to 6 named options; its "criteria" name each option and say what it means.
+- "score": an ordered scale of 3 to 5 levels; its "criteria" list them from lowest to highest.
+Every choice and every score question needs its "criteria". Ask about different things: the
+writer's intent, the tone, facts the document states, facts it leaves out, risks, what should
+happen next, what category it belongs to. Make some questions hard to answer from the document
+alone, and some whose answer is plainly no. Keep each question to one sentence and give it a
+short snake_case id.
 
-Answer in exactly this shape:
+Reply with only this JSON object, one entry per question, {count} entries in all:
 {{"questions": {{
   "an_id": {{"type": "noul", "instructions": "..."}},
-  "another_id": {{"type": "choice", "instructions": "...", "criteria": {{"first_option": "what it means", "second_option": "what it means"}}}},
+  "another_id": {{"type": "choice", "instructions": "...", "criteria": {{"name_of_an_option": "what this option means", "name_of_another_option": "what that option means"}}}},
   "a_third_id": {{"type": "score", "instructions": "...", "criteria": ["lowest level", "middle level", "highest level"]}}
 }}}}"#,
         document = state.render(),
@@ -156,6 +161,26 @@ Answer in exactly this shape:
         ChatMessage::new(Role::User, user),
     ]
 }
+
+/// How many of `count` questions are noul, choice and score: a third each, the remainder to
+/// noul first, then choice.
+fn type_mix(count: usize) -> [usize; 3] {
+    let noul = count.div_ceil(3);
+    let choice = (count - noul).div_ceil(2);
+    [noul, choice, count - noul - choice]
+}
+
+/// The writer's context: room for a whole batch to write at once (prompts up to
+/// [`PROMPT_ROOM`] tokens, each reply to `max_tokens`), so no batch is split into groups that
+/// write one after the other. Derived from pinned settings only, so a resumed run groups its
+/// batches as the first run did.
+fn writer_context(batch: usize, max_tokens: usize) -> usize {
+    batch.saturating_mul(PROMPT_ROOM + max_tokens)
+}
+
+/// Prompt tokens a state is given room for in [`writer_context`]; longer ones still write,
+/// in smaller groups.
+const PROMPT_ROOM: usize = 1024;
 
 /// Batch `index`'s draws: a seed of its own, so a batch written again after a kill gives the
 /// same texts whatever ran before it.
@@ -237,6 +262,7 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<()> {
         &Options {
             backend: args.backend,
             cache_dir: args.cache.clone(),
+            max_context: Some(writer_context(args.batch, args.max_tokens)),
             ..Options::default()
         },
     )
@@ -469,6 +495,16 @@ mod tests {
         let example = prompt[1].content.split("shape:\n").nth(1).unwrap();
         let parsed = parse_reply(example, &state, &Capabilities::default());
         assert_eq!(parsed.questions.len(), 3, "{:?}", parsed.dropped);
+    }
+
+    #[test]
+    fn the_type_mix_adds_up_and_spreads_evenly() {
+        assert_eq!(type_mix(6), [2, 2, 2]);
+        assert_eq!(type_mix(5), [2, 2, 1]);
+        assert_eq!(type_mix(1), [1, 0, 0]);
+        for count in 0..20 {
+            assert_eq!(type_mix(count).iter().sum::<usize>(), count);
+        }
     }
 
     #[test]
