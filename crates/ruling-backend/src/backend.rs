@@ -1,5 +1,6 @@
 //! The logit-readout port: what a host must do for the decision logic to read a distribution.
 
+use crate::Cancel;
 use crate::error::BackendError;
 
 /// Who speaks a chat turn.
@@ -144,6 +145,19 @@ pub trait Backend: Send + Sync {
         prefix: &Self::Prefix,
         branches: &[Branch<'_>],
     ) -> Result<Vec<BranchLogits>, BackendError>;
+
+    /// [`score_branches`](Self::score_branches), stopping with [`BackendError::Stopped`] once
+    /// `cancel` says so. The default looks once, before the call; a backend that splits the
+    /// branches into several forward passes looks before each.
+    fn score_branches_until(
+        &self,
+        prefix: &Self::Prefix,
+        branches: &[Branch<'_>],
+        cancel: &Cancel,
+    ) -> Result<Vec<BranchLogits>, BackendError> {
+        cancel.check()?;
+        self.score_branches(prefix, branches)
+    }
 
     /// Whether the chat template accepts a system turn. Templates that do not usually raise
     /// on one, so the default asks the template itself.

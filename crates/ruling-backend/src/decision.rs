@@ -24,6 +24,7 @@ use ruling_schema::{
     SystemOneResponse, Usage, ValidQuestion, ValidRequest, ValidState,
 };
 
+use crate::Cancel;
 use crate::answer::answer;
 use crate::backend::{Backend, Branch, BranchLogits};
 use crate::codes::{AnswerCodes, DEFAULT_CODES};
@@ -525,11 +526,12 @@ impl<B: Backend> DecoderEngine<B> {
         passes: &[Pass],
         stems: &[Vec<u32>],
         questions: usize,
+        cancel: &Cancel,
     ) -> Result<(Vec<Combined>, usize), EngineError> {
         let mut extended = Stems::default();
         let Some(stop) = self.options.adaptive else {
             let all: Vec<usize> = (0..passes.len()).collect();
-            let scored = self.score_passes(prefix, passes, stems, &all, &mut extended, false)?;
+            let scored = self.score_passes(prefix, passes, stems, &all, &mut extended, cancel)?;
             let used = passes.iter().map(|p| p.tokens.len()).sum::<usize>() + extended.tokens;
             return Ok((self.fold(passes, &all, &scored, questions)?, used));
         };
@@ -554,7 +556,14 @@ impl<B: Backend> DecoderEngine<B> {
             if batch.is_empty() {
                 break;
             }
-            scored.extend(self.score_passes(prefix, passes, stems, &batch, &mut extended, true)?);
+            scored.extend(self.score_passes(
+                prefix,
+                passes,
+                stems,
+                &batch,
+                &mut extended,
+                cancel,
+            )?);
             read.extend(batch);
             if round + 1 < rounds {
                 let partial = self.fold(passes, &read, &scored, questions)?;
@@ -583,7 +592,8 @@ impl<B: Backend> DecoderEngine<B> {
 
     /// The backend's logits for the passes named by `which`, in that order: passes without a
     /// stem against the prefix in one call, each stem's passes in one call against the prefix
-    /// extended by that stem (encoded on first use; kept for later rounds when `keep`).
+    /// extended by that stem (encoded on first use; kept for later rounds when rotations are
+    /// adaptive, since those come in rounds).
     fn score_passes(
         &self,
         prefix: &B::Prefix,
@@ -591,7 +601,7 @@ impl<B: Backend> DecoderEngine<B> {
         stems: &[Vec<u32>],
         which: &[usize],
         extended: &mut Stems<B::Prefix>,
-        keep: bool,
+        cancel: &Cancel,
     ) -> Result<Vec<BranchLogits>, EngineError> {
         let mut groups: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
         for &index in which {
@@ -611,9 +621,12 @@ impl<B: Backend> DecoderEngine<B> {
                 })
                 .collect();
             let scored = match stem {
-                None => self.backend.score_branches(prefix, &branches)?,
+                None => self
+                    .backend
+                    .score_branches_until(prefix, &branches, cancel)?,
                 Some(s) => {
                     if !extended.encoded.contains_key(&s) && !extended.unsupported {
+                        cancel.check()?;
                         match self.backend.extend_prefix(prefix, &stems[s])? {
                             Some(encoded) => {
                                 extended.tokens += stems[s].len();
@@ -624,8 +637,10 @@ impl<B: Backend> DecoderEngine<B> {
                     }
                     match extended.encoded.get(&s) {
                         Some(stemmed) => {
-                            let scored = self.backend.score_branches(stemmed, &branches)?;
-                            if !keep {
+                            let scored = self
+                                .backend
+                                .score_branches_until(stemmed, &branches, cancel)?;
+                            if self.options.adaptive.is_none() {
                                 extended.encoded.remove(&s);
                             }
                             scored
@@ -646,7 +661,8 @@ impl<B: Backend> DecoderEngine<B> {
                                     codes: &self.codes.ids()[..passes[i].keys.len()],
                                 })
                                 .collect();
-                            self.backend.score_branches(prefix, &branches)?
+                            self.backend
+                                .score_branches_until(prefix, &branches, cancel)?
                         }
                     }
                 }
@@ -853,6 +869,14 @@ impl<B: Backend> Engine for DecoderEngine<B> {
     }
 
     fn evaluate(&self, request: &ValidRequest) -> Result<SystemOneResponse, EngineError> {
+        self.evaluate_until(request, &Cancel::never())
+    }
+
+    fn evaluate_until(
+        &self,
+        request: &ValidRequest,
+        cancel: &Cancel,
+    ) -> Result<SystemOneResponse, EngineError> {
         let questions = request.questions();
         if let Some(q) = questions
             .iter()
@@ -1005,6 +1029,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         }
 
         // Stage one: every plain question, and each wide Choice's options one by one.
+        cancel.check()?;
         let (prefix, cached) = self.prefixes.get_or_encode(
             &prefix_tokens,
             || self.backend.encode_prefix(&prefix_tokens),
@@ -1014,7 +1039,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         // not depend on what other requests ran before it.
         let slots = questions.len() + plan.passes.len();
         let (mut combined, branch_tokens) =
-            self.score(&prefix, &plan.passes, &plan.stems, slots)?;
+            self.score(&prefix, &plan.passes, &plan.stems, slots, cancel)?;
         let mut used = prefix_tokens.len() + branch_tokens;
 
         // Stage two: the strongest options of each wide Choice as one Choice.
@@ -1076,7 +1101,8 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                 }
                 finalists.insert(*index, kept);
             }
-            let (mut second, branch_tokens) = self.score(&prefix, &passes, &[], questions.len())?;
+            let (mut second, branch_tokens) =
+                self.score(&prefix, &passes, &[], questions.len(), cancel)?;
             used += branch_tokens;
             for (index, shown, _) in &plan.wide {
                 let mut result = std::mem::take(&mut second[*index]);

@@ -3,6 +3,7 @@
 use ruling_calibration::Provenance;
 use ruling_schema::{Capabilities, SystemOneResponse, ValidRequest};
 
+use crate::Cancel;
 use crate::error::{BackendError, ContractError};
 use crate::prefix_cache::PrefixCacheStats;
 
@@ -25,6 +26,19 @@ pub trait Engine: Send + Sync {
 
     /// Answer every question of `request`, or refuse it whole.
     fn evaluate(&self, request: &ValidRequest) -> Result<SystemOneResponse, EngineError>;
+
+    /// [`evaluate`](Self::evaluate), stopping with [`BackendError::Stopped`] between forward
+    /// passes once `cancel` says so: a server frees its worker this way when the client has
+    /// gone or the deadline has passed. The default looks once, before starting; an engine
+    /// of several passes looks before each.
+    fn evaluate_until(
+        &self,
+        request: &ValidRequest,
+        cancel: &Cancel,
+    ) -> Result<SystemOneResponse, EngineError> {
+        cancel.check()?;
+        self.evaluate(request)
+    }
 
     /// What a calibration of this engine must have been fitted for. The default names the
     /// served model alone, at one rotation without the prior (test doubles need no more).
@@ -77,4 +91,14 @@ pub enum EngineError {
     /// A thread panicked while holding the engine's prior cache.
     #[error("the engine's prior cache was poisoned by a panic in another request")]
     Poisoned,
+}
+
+impl EngineError {
+    /// Why the evaluation stopped early, when it did (see [`Engine::evaluate_until`]).
+    pub fn stopped(&self) -> Option<crate::Stopped> {
+        match self {
+            Self::Backend(BackendError::Stopped(why)) => Some(*why),
+            _ => None,
+        }
+    }
 }

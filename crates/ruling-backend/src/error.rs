@@ -44,6 +44,9 @@ pub enum BackendError {
     /// A prompt to generate from is empty or does not leave room to write.
     #[error("invalid prompt {prompt}: {reason}")]
     InvalidPrompt { prompt: usize, reason: String },
+    /// The work stopped between forward passes because its caller asked (see [`crate::Cancel`]).
+    #[error("stopped before the end: {0}")]
+    Stopped(crate::Stopped),
 }
 
 /// Which part of the backend contract a backend failed at load.

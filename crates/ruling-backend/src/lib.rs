@@ -17,6 +17,7 @@
 
 mod answer;
 mod backend;
+mod cancel;
 mod codes;
 mod contract;
 mod decision;
@@ -29,6 +30,7 @@ pub mod render;
 
 pub use answer::answer;
 pub use backend::{Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role, check_branches};
+pub use cancel::{Cancel, CancelOnDrop, Stopped};
 pub use codes::{AnswerCodes, DEFAULT_CODES};
 pub use contract::{ContractReport, verify_backend};
 pub use decision::{

@@ -3,11 +3,12 @@
 //! enough to check the algebra exactly: rotations, prior subtraction, the two-stage Choice,
 //! limits and invariants.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ruling_backend::{
-    Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, DecoderEngine, Engine,
-    EngineError, EngineOptions,
+    Backend, BackendError, BackendInfo, Branch, BranchLogits, Cancel, ChatMessage, DecoderEngine,
+    Engine, EngineError, EngineOptions, Stopped,
 };
 use ruling_schema::{
     Answer, Capabilities, EngineKind, SystemOneResponse, ValidRequest, parse_request,
@@ -29,6 +30,8 @@ struct Scripted {
     encodes: AtomicUsize,
     /// Prefixes encoded (a subset of the forward passes).
     prefills: AtomicUsize,
+    /// Cancelled once this many forward passes have run: a client leaving mid-request.
+    cancel_after: Mutex<Option<(usize, Cancel)>>,
 }
 
 impl Scripted {
@@ -47,6 +50,7 @@ impl Scripted {
             forward_passes: AtomicUsize::new(0),
             encodes: AtomicUsize::new(0),
             prefills: AtomicUsize::new(0),
+            cancel_after: Mutex::new(None),
         }
     }
 
@@ -122,7 +126,12 @@ impl Backend for Scripted {
         _prefix: &usize,
         branches: &[Branch<'_>],
     ) -> Result<Vec<BranchLogits>, BackendError> {
-        self.forward_passes.fetch_add(1, Ordering::SeqCst);
+        let passes = self.forward_passes.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some((after, cancel)) = &*self.cancel_after.lock().unwrap()
+            && passes >= *after
+        {
+            cancel.cancel();
+        }
         Ok(branches
             .iter()
             .map(|branch| {
@@ -194,6 +203,47 @@ fn answers_hold_the_invariants_in_every_setting() {
             assert!(response.evaluation_trace.is_none());
         }
     }
+}
+
+#[test]
+fn a_cancelled_evaluation_stops_before_its_next_forward_pass() {
+    let keys: Vec<String> = (0..40).map(|i| format!("intent_{i:02}")).collect();
+    let criteria: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|k| (k.clone(), json!(format!("about {k}"))))
+        .collect();
+    // A wide choice is two scoring passes after the prefix: stage one, then the final choice.
+    let request = request(json!({
+        "model": "m", "state": "hello",
+        "questions": {"intent": {"type": "choice", "instructions": "Which intent?", "criteria": criteria}}
+    }));
+    let backend = Scripted::new(vec![0.0; 26], true);
+    let cancel = Cancel::new();
+    // Cancelled during stage one (the prefix is pass 1, stage one pass 2).
+    *backend.cancel_after.lock().unwrap() = Some((2, cancel.clone()));
+    let engine = engine(backend, 1, false);
+    let err = engine.evaluate_until(&request, &cancel).unwrap_err();
+    assert_eq!(err.stopped(), Some(Stopped::Cancelled), "{err}");
+    assert_eq!(
+        engine.backend().forward_passes.load(Ordering::SeqCst),
+        2,
+        "stage two never ran"
+    );
+    // Cancelled before it starts: not even the prefix is encoded.
+    let before = engine.backend().forward_passes.load(Ordering::SeqCst);
+    let err = engine.evaluate_until(&request, &cancel).unwrap_err();
+    assert_eq!(err.stopped(), Some(Stopped::Cancelled));
+    assert_eq!(
+        engine.backend().forward_passes.load(Ordering::SeqCst),
+        before
+    );
+    // A handle nobody cancels answers as `evaluate` does.
+    let fresh = Cancel::new();
+    let answered = engine.evaluate_until(&request, &fresh).unwrap();
+    assert_eq!(
+        probabilities(&answered, "intent"),
+        probabilities(&engine.evaluate(&request).unwrap(), "intent")
+    );
 }
 
 #[test]

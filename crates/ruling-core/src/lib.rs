@@ -45,7 +45,9 @@ mod adapter;
 use std::path::{Path, PathBuf};
 
 pub use adapter::{ADAPTER_CALIBRATION_FILE, AdapterCalibration, AdapterChoice, AdapterInfo};
-pub use ruling_backend::{AdaptiveRotations, ChatMessage, Finish, Role, Sampling};
+pub use ruling_backend::{
+    AdaptiveRotations, Cancel, CancelOnDrop, ChatMessage, Finish, Role, Sampling, Stopped,
+};
 use ruling_backend::{
     BackendError, DecoderEngine, Engine, EngineError, EngineInfo, EngineOptions, Generator,
 };
@@ -428,6 +430,18 @@ impl Ruling {
 
     pub fn evaluate_valid(&self, request: &ValidRequest) -> Result<SystemOneResponse, CoreError> {
         Ok(self.engine.evaluate(request)?)
+    }
+
+    /// [`evaluate_valid`](Self::evaluate_valid), stopping between forward passes once
+    /// `cancel` is cancelled or its deadline passes: the error's
+    /// [`EngineError::stopped`] then says why. What a server calls, so a request nobody
+    /// waits for any more stops holding its worker.
+    pub fn evaluate_until(
+        &self,
+        request: &ValidRequest,
+        cancel: &Cancel,
+    ) -> Result<SystemOneResponse, CoreError> {
+        Ok(self.engine.evaluate_until(request, cancel)?)
     }
 }
 

@@ -9,8 +9,8 @@ use llama_cpp_2::llama_backend::LlamaBackend as Runtime;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use ruling_backend::{
-    Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, Decoding, Generation,
-    Generator, Sampling,
+    Backend, BackendError, BackendInfo, Branch, BranchLogits, Cancel, ChatMessage, Decoding,
+    Generation, Generator, Sampling,
 };
 use ruling_candle::{ChatText, TextTokenizer};
 
@@ -291,7 +291,18 @@ impl Backend for LlamaCppBackend {
         prefix: &LlamaPrefix,
         branches: &[Branch<'_>],
     ) -> Result<Vec<BranchLogits>, BackendError> {
+        self.score_branches_until(prefix, branches, &Cancel::never())
+    }
+
+    /// Branches go in several decode calls; `cancel` is looked at before each.
+    fn score_branches_until(
+        &self,
+        prefix: &LlamaPrefix,
+        branches: &[Branch<'_>],
+        cancel: &Cancel,
+    ) -> Result<Vec<BranchLogits>, BackendError> {
         self.check_branches(prefix.0.len, branches)?;
+        cancel.check()?;
         let owned: Vec<OwnedBranch> = branches
             .iter()
             .map(|b| OwnedBranch {
@@ -300,7 +311,9 @@ impl Backend for LlamaCppBackend {
             })
             .collect();
         let saved = Arc::clone(&prefix.0);
-        self.pool.run(move |worker| worker.score(&saved, &owned))?
+        let cancel = cancel.clone();
+        self.pool
+            .run(move |worker| worker.score(&saved, &owned, &cancel))?
     }
 
     fn accepts_system_role(&self) -> bool {

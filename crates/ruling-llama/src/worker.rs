@@ -16,7 +16,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
-use ruling_backend::{BackendError, BranchLogits, Decoding};
+use ruling_backend::{BackendError, BranchLogits, Cancel, Decoding};
 
 use crate::error::LoadError;
 
@@ -277,6 +277,7 @@ impl<'m> Worker<'m> {
         &mut self,
         prefix: &SavedPrefix,
         branches: &[OwnedBranch],
+        cancel: &Cancel,
     ) -> Result<Vec<BranchLogits>, BackendError> {
         self.restore(prefix)?;
         let budget = (self.shape.n_batch as usize)
@@ -304,6 +305,8 @@ impl<'m> Worker<'m> {
                 end += 1;
             }
             let group = &branches[start..end];
+            // Nothing of this call is kept when it stops, so the cache stays as restored.
+            cancel.check()?;
             let result = self.decode_group(prefix.len, group);
             // The branches' cells go whatever happened, so the cache never grows.
             for seq in 1..=group.len() {

@@ -136,7 +136,7 @@ impl Metrics {
         let skipped = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "skipped_requests",
-            "Queued requests a worker dropped without starting them, by reason (client_gone, expired)",
+            "Requests a worker dropped unanswered, by reason: not started (client_gone, expired) or stopped between forward passes (stopped_client_gone, stopped_expired)",
             skipped.clone(),
         );
         let engine_panics = Counter::default();

@@ -10,8 +10,10 @@
 //! over it) that answers it, so switching between adapters costs nothing beyond their own
 //! forward passes. A worker that takes a request whose handler has gone (the
 //! client disconnected, or the per-request timeout fired and dropped the receiver) or whose
-//! deadline has passed drops it unstarted. Closing the queue lets the workers finish what is
-//! queued and then exit.
+//! deadline has passed drops it unstarted; one that is answering when either happens stops
+//! at the end of the forward pass it is in (the job's [`Cancel`], which the handler cancels
+//! when it is dropped). Closing the queue lets the workers finish what is queued and then
+//! exit.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ruling_core::{CoreError, Ruling};
+use ruling_core::{Cancel, CoreError, Ruling};
 use ruling_schema::{SystemOneResponse, ValidRequest};
 use tokio::sync::oneshot;
 
@@ -34,6 +36,8 @@ pub(crate) struct Job {
     pub request: ValidRequest,
     pub request_id: String,
     pub deadline: Instant,
+    /// Cancelled when the handler goes, and past its deadline with the job's.
+    pub cancel: Cancel,
     pub reply: oneshot::Sender<Outcome>,
 }
 
@@ -214,9 +218,23 @@ impl Worker {
         self.metrics.queue_wait.observe(queued.as_secs_f64());
         self.metrics.busy_workers.inc();
         let started = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| job.model.evaluate_valid(&job.request)));
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            job.model.evaluate_until(&job.request, &job.cancel)
+        }));
         let engine = started.elapsed();
         self.metrics.busy_workers.dec();
+        if let Ok(Err(CoreError::Engine(error))) = &result
+            && error.stopped().is_some()
+        {
+            let reason = if Instant::now() >= job.deadline {
+                "stopped_expired"
+            } else {
+                "stopped_client_gone"
+            };
+            self.metrics.skip(reason);
+            tracing::debug!(request_id = %job.request_id, after = ?engine, reason, "stopped: nobody waits for the answer");
+            return None;
+        }
         self.metrics.engine_time.observe(engine.as_secs_f64());
         self.record_engine_time(engine);
         let outcome = match result {

@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router, middleware};
+use ruling_core::Cancel;
 use ruling_schema::{ErrorDetail, LocItem, ModelInfo, ModelsList, ValidRequest, ValidationErrors};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -160,11 +161,15 @@ async fn system_one(
     }
 
     let (reply, answer) = oneshot::channel();
+    let cancel = Cancel::with_deadline(deadline);
+    // Dropped with this handler: when the client goes, or once it has its answer or error.
+    let _stop_when_gone = cancel.cancel_on_drop();
     let job = Job {
         model,
         request: valid,
         request_id: request_id.clone(),
         deadline,
+        cancel,
         reply,
     };
     match ready.pool.submit(job) {
@@ -185,7 +190,8 @@ async fn system_one(
         }
     };
     // Dropping `answer` (on timeout, or when the client goes and this future with it) tells the
-    // worker to skip the job if it has not started it.
+    // worker to skip the job if it has not started it, and the guard above to stop it if it
+    // has.
     let outcome = match tokio::time::timeout_at(deadline.into(), answer).await {
         Ok(Ok(outcome)) => outcome,
         // The worker drops a job whose deadline passed while it waited.

@@ -205,6 +205,111 @@ async fn a_client_that_goes_away_is_skipped_if_not_started() {
     );
 }
 
+/// Sixteen noul questions: sixteen forward passes on the slow test engine.
+fn sixteen_questions() -> serde_json::Value {
+    let questions: serde_json::Map<String, serde_json::Value> = (0..16)
+        .map(|i| {
+            (
+                format!("q{i}"),
+                serde_json::json!({"type": "noul", "instructions": format!("Is this question {i}?")}),
+            )
+        })
+        .collect();
+    serde_json::json!({"model": TEST_MODEL, "state": TICKET, "questions": questions})
+}
+
+/// Wait until the engine has stopped or finished `n` requests (at most 10 s), then how
+/// long that took.
+async fn wait_idle(server: &TestServer, started: std::time::Instant) -> Duration {
+    for _ in 0..1000 {
+        let text = server.metrics().await;
+        if metric(&text, "ruling_busy_workers") == Some(0.0) {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the worker stayed busy for 10 s");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_goes_away_mid_evaluation_frees_the_worker_within_one_pass() {
+    let pass = Duration::from_millis(250);
+    let (ruling, control) = TestEngine::slow(pass);
+    let config = Config {
+        workers: 1,
+        ..Config::default()
+    };
+    let server = with_engine(config, ruling).await;
+    // 16 passes of 250 ms is 4 s of work; this client hangs up after one second.
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let gone = impatient
+        .post(server.url("/v1/systemone"))
+        .json(&sixteen_questions())
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client timed out");
+    let idle = wait_idle(&server, started).await;
+    assert!(
+        idle < Duration::from_secs(1) + 2 * pass,
+        "the worker was busy for {idle:?}, more than one pass after the client left"
+    );
+    assert!(control.passes() <= 6, "{} passes ran", control.passes());
+    assert_eq!(
+        control.finished(),
+        0,
+        "the abandoned request never finished"
+    );
+    let text = server.metrics().await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"ruling_skipped_requests_total{reason="stopped_client_gone"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    // The freed worker answers the next request.
+    let response = server.post_json(&three_questions(TEST_MODEL, TICKET)).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(control.finished(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deadline_that_passes_mid_evaluation_stops_it_and_answers_503() {
+    let pass = Duration::from_millis(200);
+    let (ruling, control) = TestEngine::slow(pass);
+    let config = Config {
+        workers: 1,
+        timeout: Duration::from_millis(700),
+        ..Config::default()
+    };
+    let server = with_engine(config, ruling).await;
+    let started = std::time::Instant::now();
+    let response = server.post_json(&sixteen_questions()).await;
+    assert_eq!(response.status(), 503);
+    let idle = wait_idle(&server, started).await;
+    assert!(
+        idle < Duration::from_millis(700) + 2 * pass,
+        "busy for {idle:?}"
+    );
+    assert!(control.passes() <= 5, "{} passes ran", control.passes());
+    let text = server.metrics().await;
+    let stopped = ["stopped_expired", "stopped_client_gone"]
+        .iter()
+        .filter_map(|r| {
+            metric(
+                &text,
+                &format!(r#"ruling_skipped_requests_total{{reason="{r}"}}"#),
+            )
+        })
+        .sum::<f64>();
+    assert!((stopped - 1.0).abs() < 0.5, "one stop counted: {text}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_engine_failure_is_a_500_with_a_json_body() {
     let server = with_engine(Config::default(), TestEngine::behaving(Behaviour::Fail)).await;

@@ -1,13 +1,13 @@
 //! A test engine: answers every question with a uniform distribution, and can be made to
-//! wait at a gate, count its calls, panic or fail, so queueing, timeouts and shutdown can be
-//! tested deterministically.
+//! wait at a gate, count its calls, panic, fail or take one timed "forward pass" per question,
+//! so queueing, timeouts, cancellation and shutdown can be tested deterministically.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use ruling_backend::{BackendError, Engine, EngineError, EngineInfo};
+use ruling_backend::{BackendError, Cancel, Engine, EngineError, EngineInfo};
 use ruling_core::Ruling;
 use ruling_schema::{
     Answer, BoxRegion, Capabilities, QuestionKind, SystemOneResponse, Usage, ValidRequest,
@@ -49,11 +49,21 @@ pub struct Control {
     pub started: AtomicUsize,
     /// Requests the engine finished.
     pub finished: AtomicUsize,
+    /// Forward passes the engine ran (a slow engine runs one per question).
+    pub passes: AtomicUsize,
 }
 
 impl Control {
     pub fn started(&self) -> usize {
         self.started.load(Ordering::SeqCst)
+    }
+
+    pub fn finished(&self) -> usize {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    pub fn passes(&self) -> usize {
+        self.passes.load(Ordering::SeqCst)
     }
 
     /// Wait until `n` requests have begun (at most 10 s).
@@ -73,6 +83,8 @@ pub struct TestEngine {
     info: EngineInfo,
     behaviour: Behaviour,
     gated: bool,
+    /// How long each question's forward pass takes (none: answers at once).
+    pass: Option<Duration>,
     control: Arc<Control>,
 }
 
@@ -93,7 +105,17 @@ impl TestEngine {
         Self::build(behaviour, false).0
     }
 
+    /// An engine that spends `pass` on each question, one forward pass after another, and
+    /// looks at its cancel handle before each, as the decoder engine does.
+    pub fn slow(pass: Duration) -> (Ruling, Arc<Control>) {
+        Self::built(Behaviour::Answer, false, Some(pass))
+    }
+
     fn build(behaviour: Behaviour, gated: bool) -> (Ruling, Arc<Control>) {
+        Self::built(behaviour, gated, None)
+    }
+
+    fn built(behaviour: Behaviour, gated: bool, pass: Option<Duration>) -> (Ruling, Arc<Control>) {
         let control = Arc::new(Control::default());
         let engine = TestEngine {
             info: EngineInfo {
@@ -103,6 +125,7 @@ impl TestEngine {
             },
             behaviour,
             gated,
+            pass,
             control: Arc::clone(&control),
         };
         (Ruling::from_engine(Box::new(engine)), control)
@@ -115,9 +138,24 @@ impl Engine for TestEngine {
     }
 
     fn evaluate(&self, request: &ValidRequest) -> Result<SystemOneResponse, EngineError> {
+        self.evaluate_until(request, &Cancel::never())
+    }
+
+    fn evaluate_until(
+        &self,
+        request: &ValidRequest,
+        cancel: &Cancel,
+    ) -> Result<SystemOneResponse, EngineError> {
         self.control.started.fetch_add(1, Ordering::SeqCst);
         if self.gated {
             self.control.gate.wait();
+        }
+        if let Some(pass) = self.pass {
+            for _ in request.questions() {
+                cancel.check()?;
+                std::thread::sleep(pass);
+                self.control.passes.fetch_add(1, Ordering::SeqCst);
+            }
         }
         let result = match self.behaviour {
             Behaviour::Answer => Ok(uniform(&self.info.model, request)),
