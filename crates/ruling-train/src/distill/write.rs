@@ -489,10 +489,13 @@ mod tests {
         let state = State::new(serde_json::json!({"ticket": "refund please"})).unwrap();
         let prompt = writer_prompt(&state, 5);
         assert_eq!(prompt.len(), 2);
-        assert!(prompt[1].content.contains("Write 5 questions"));
+        assert!(prompt[1].content.contains(
+            "Write exactly 5 questions a program could ask about this document: 2 of type \"noul\", 2 of type \"choice\" and 1 of type \"score\"."
+        ));
+        assert!(prompt[1].content.contains("5 entries in all"));
         assert!(prompt[1].content.contains("\"ticket\": \"refund please\""));
         // The shape example is itself a reply the parser accepts.
-        let example = prompt[1].content.split("shape:\n").nth(1).unwrap();
+        let example = prompt[1].content.split("in all:\n").nth(1).unwrap();
         let parsed = parse_reply(example, &state, &Capabilities::default());
         assert_eq!(parsed.questions.len(), 3, "{:?}", parsed.dropped);
     }
