@@ -172,6 +172,23 @@ fn request(body: serde_json::Value) -> ValidRequest {
     parse_request(body.to_string().as_bytes(), &Capabilities::default()).unwrap()
 }
 
+/// Forty intent keys: more options than one pass reads, so a choice over them is two-stage.
+fn intent_keys() -> Vec<String> {
+    (0..40).map(|i| format!("intent_{i:02}")).collect()
+}
+
+/// One choice question over `keys`, each described as "about KEY".
+fn wide_choice(keys: &[String]) -> ValidRequest {
+    let criteria: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|k| (k.clone(), json!(format!("about {k}"))))
+        .collect();
+    request(json!({
+        "model": "m", "state": "hello",
+        "questions": {"intent": {"type": "choice", "instructions": "Which intent?", "criteria": criteria}}
+    }))
+}
+
 fn probabilities(response: &SystemOneResponse, id: &str) -> Vec<(String, f64)> {
     match &response.answers[id] {
         Answer::Choice { probabilities, .. } | Answer::Score { probabilities, .. } => {
@@ -207,16 +224,8 @@ fn answers_hold_the_invariants_in_every_setting() {
 
 #[test]
 fn a_cancelled_evaluation_stops_before_its_next_forward_pass() {
-    let keys: Vec<String> = (0..40).map(|i| format!("intent_{i:02}")).collect();
-    let criteria: serde_json::Map<String, serde_json::Value> = keys
-        .iter()
-        .map(|k| (k.clone(), json!(format!("about {k}"))))
-        .collect();
     // A wide choice is two scoring passes after the prefix: stage one, then the final choice.
-    let request = request(json!({
-        "model": "m", "state": "hello",
-        "questions": {"intent": {"type": "choice", "instructions": "Which intent?", "criteria": criteria}}
-    }));
+    let request = wide_choice(&intent_keys());
     let backend = Scripted::new(vec![0.0; 26], true);
     let cancel = Cancel::new();
     // Cancelled during stage one (the prefix is pass 1, stage one pass 2).
@@ -248,15 +257,8 @@ fn a_cancelled_evaluation_stops_before_its_next_forward_pass() {
 
 #[test]
 fn a_wide_choice_goes_through_two_stages_and_keeps_every_key() {
-    let keys: Vec<String> = (0..40).map(|i| format!("intent_{i:02}")).collect();
-    let criteria: serde_json::Map<String, serde_json::Value> = keys
-        .iter()
-        .map(|k| (k.clone(), json!(format!("about {k}"))))
-        .collect();
-    let request = request(json!({
-        "model": "m", "state": "hello",
-        "questions": {"intent": {"type": "choice", "instructions": "Which intent?", "criteria": criteria}}
-    }));
+    let keys = intent_keys();
+    let request = wide_choice(&keys);
     let engine = engine(Scripted::new(vec![0.0; 26], true), 2, true);
     let response = engine.evaluate(&request).unwrap();
     response.check_against(&request).unwrap();

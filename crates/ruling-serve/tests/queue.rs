@@ -218,8 +218,7 @@ fn sixteen_questions() -> serde_json::Value {
     serde_json::json!({"model": TEST_MODEL, "state": TICKET, "questions": questions})
 }
 
-/// Wait until the engine has stopped or finished `n` requests (at most 10 s), then how
-/// long that took.
+/// Wait until no worker is busy (at most 10 s); how long it was since `started`.
 async fn wait_idle(server: &TestServer, started: std::time::Instant) -> Duration {
     for _ in 0..1000 {
         let text = server.metrics().await;
