@@ -1,4 +1,10 @@
 //! Answer codes: the single-token labels a model answers with, proven at load.
+//!
+//! The 26 capital letters are required of every backend. A Choice wider than that is shown
+//! with two-letter codes after `Z` (`AA`, `AB`, ... as spreadsheet columns run), but only
+//! those the tokenizer proves to be one token where the answer is read: how many there are
+//! depends on the vocabulary, and a backend that proves too few keeps the two-stage path for
+//! wider choices.
 
 use crate::backend::Backend;
 use crate::error::ContractError;
@@ -9,6 +15,18 @@ pub const DEFAULT_CODES: [&str; 26] = [
     "A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M", "N", "O", "P", "Q", "R", "S",
     "T", "U", "V", "W", "X", "Y", "Z",
 ];
+
+/// The most options one pass may show: the wire format's limit for a Choice.
+pub const MAX_CODES: usize = 255;
+
+/// The two-letter candidates for codes after `Z`, in spreadsheet-column order (`AA`, `AB`,
+/// ..., `ZZ`); [`AnswerCodes::widen`] keeps those that are one token.
+pub fn two_letter_codes() -> Vec<String> {
+    let letters = || DEFAULT_CODES.iter();
+    letters()
+        .flat_map(|first| letters().map(move |second| format!("{first}{second}")))
+        .collect()
+}
 
 /// Labels and their token ids, each proven to be one token right where the answer is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +78,37 @@ impl AnswerCodes {
             labels: labels.iter().map(|l| (*l).to_owned()).collect(),
             ids,
         })
+    }
+
+    /// Append each of `candidates` that is one token right after `prompt` (as in
+    /// [`prove`](Self::prove)) and not the token of a code already held, until `max` codes
+    /// are held. Candidates that fail are skipped, not refused: wide codes are optional.
+    /// Returns how many were added.
+    pub fn widen<B: Backend + ?Sized>(
+        &mut self,
+        backend: &B,
+        prompt: &str,
+        candidates: &[String],
+        max: usize,
+    ) -> Result<usize, ContractError> {
+        let base = backend.encode(prompt)?;
+        let before = self.ids.len();
+        for label in candidates {
+            if self.ids.len() >= max {
+                break;
+            }
+            if self.labels.contains(label) {
+                continue;
+            }
+            let with_code = backend.encode(&format!("{prompt}{label}"))?;
+            if let Some(&[id]) = with_code.strip_prefix(base.as_slice())
+                && !self.ids.contains(&id)
+            {
+                self.labels.push(label.clone());
+                self.ids.push(id);
+            }
+        }
+        Ok(self.ids.len() - before)
     }
 
     /// The labels, in order: the first option is shown with the first label.

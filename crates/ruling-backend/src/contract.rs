@@ -35,6 +35,18 @@ pub fn verify_backend<B: Backend + ?Sized>(
     backend: &B,
     labels: &[&str],
 ) -> Result<ContractReport, ContractError> {
+    verify_backend_widened(backend, labels, &[], labels.len())
+}
+
+/// [`verify_backend`], then add each of `wide` that proves to be one distinct token where the
+/// answer is read, up to `max` codes in all (see [`AnswerCodes::widen`]): the codes a Choice
+/// wider than `labels` is shown with in one pass.
+pub fn verify_backend_widened<B: Backend + ?Sized>(
+    backend: &B,
+    labels: &[&str],
+    wide: &[String],
+    max: usize,
+) -> Result<ContractReport, ContractError> {
     let head = user_head(PROBE_STATE);
     let split = split_prompt(backend, PROBE_SYSTEM, &head)?;
     let full = backend.render_chat(&conversation(
@@ -76,7 +88,8 @@ pub fn verify_backend<B: Backend + ?Sized>(
         });
     }
 
-    let codes = AnswerCodes::prove(backend, &full, labels)?;
+    let mut codes = AnswerCodes::prove(backend, &full, labels)?;
+    codes.widen(backend, &full, wide, max)?;
 
     let prefix = backend.encode_prefix(&prefix_ids)?;
     let scored = backend.score_branches(

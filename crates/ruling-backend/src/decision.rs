@@ -6,9 +6,11 @@
 //! option count is subtracted, and rotations are averaged in log space per option key. A
 //! per-type temperature turns the result into the answer's probabilities.
 //!
-//! A Choice with more options than one pass can show goes through two stages: every option
-//! is first asked about alone as a yes/no question, and the strongest few are then asked as
-//! one Choice; the others get probability zero.
+//! A Choice of up to 255 options is one pass per rotation when the tokenizer proves enough
+//! codes (two-letter codes after `Z`, see `codes.rs`). One wider than the codes, or one whose
+//! single pass would not fit the context, goes through two stages: every option is first
+//! asked about alone as a yes/no question, and the strongest few are then asked as one
+//! Choice; the others get probability zero.
 //!
 //! Everything about a request is checked before the first forward pass: a branch longer than
 //! the context or a request over its token budget is refused with "maximum context length"
@@ -20,15 +22,15 @@ use std::sync::{Arc, Mutex};
 use indexmap::IndexMap;
 use ruling_calibration::{AnswerType, Calibration, Provenance, log_softmax};
 use ruling_schema::{
-    EngineKind, EvaluationTrace, QuestionKind, QuestionTrace, RotationTrace, StageOneScore,
-    SystemOneResponse, Usage, ValidQuestion, ValidRequest, ValidState,
+    ChoiceOption, EngineKind, EvaluationTrace, QuestionKind, QuestionTrace, RotationTrace,
+    StageOneScore, SystemOneResponse, Usage, ValidQuestion, ValidRequest, ValidState,
 };
 
 use crate::Cancel;
 use crate::answer::answer;
 use crate::backend::{Backend, Branch, BranchLogits};
-use crate::codes::{AnswerCodes, DEFAULT_CODES};
-use crate::contract::verify_backend;
+use crate::codes::{AnswerCodes, DEFAULT_CODES, MAX_CODES, two_letter_codes};
+use crate::contract::verify_backend_widened;
 use crate::engine::{Engine, EngineError, EngineInfo};
 use crate::error::BackendError;
 use crate::prefix_cache::{PrefixCache, PrefixCacheStats};
@@ -54,7 +56,10 @@ pub struct EngineOptions {
     pub prior: bool,
     /// The answer code labels, proven single tokens at load.
     pub codes: Vec<String>,
-    /// Most options one pass shows (at most the number of codes).
+    /// Candidate codes for options past `codes`, each kept only if proven one token at load
+    /// (default: the two-letter codes `AA`..`ZZ`).
+    pub wide_codes: Vec<String>,
+    /// Most options one pass shows (at most the number of codes proven).
     pub max_options_per_pass: usize,
     /// How many options a two-stage Choice keeps for its final pass.
     pub stage_two_candidates: usize,
@@ -148,7 +153,8 @@ impl Default for EngineOptions {
             rotations: 1,
             prior: false,
             codes: DEFAULT_CODES.iter().map(|c| (*c).to_owned()).collect(),
-            max_options_per_pass: DEFAULT_CODES.len(),
+            wide_codes: two_letter_codes(),
+            max_options_per_pass: MAX_CODES,
             stage_two_candidates: 8,
             max_branch_tokens: None,
             max_request_tokens: 65_536,
@@ -285,7 +291,12 @@ impl<B: Backend> DecoderEngine<B> {
         calibration: Option<Calibration>,
     ) -> Result<Self, EngineError> {
         let labels: Vec<&str> = options.codes.iter().map(String::as_str).collect();
-        let report = verify_backend(&backend, &labels)?;
+        let report = verify_backend_widened(
+            &backend,
+            &labels,
+            &options.wide_codes,
+            options.max_options_per_pass.max(labels.len()),
+        )?;
         let provenance = provenance(&backend, &options);
         let calibration = match calibration {
             Some(calibration) => {
@@ -426,6 +437,32 @@ impl<B: Backend> DecoderEngine<B> {
         (0..count)
             .map(|shift| render(instructions, "", shown, self.codes.labels(), shift, false))
             .collect()
+    }
+
+    /// Whether a Choice goes through two stages: it has more options than one pass shows, or
+    /// its widest rotation would not fit the context while the final stage shows fewer
+    /// options than it has.
+    fn needs_two_stages(
+        &self,
+        instructions: &str,
+        options: &[ChoiceOption],
+        prefix_tokens: usize,
+        tail: &str,
+        limit: usize,
+    ) -> Result<bool, EngineError> {
+        let n = options.len();
+        if n > self.options.max_options_per_pass {
+            return Ok(true);
+        }
+        if n <= self.options.stage_two_candidates {
+            return Ok(false);
+        }
+        for rendered in self.choice_rotations(instructions, &choice_options(options)) {
+            if prefix_tokens + self.encode_branch(&rendered, tail)?.len() > limit {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Stage one of a wide Choice: each option on its own as a yes/no question.
@@ -926,11 +963,24 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         };
         let mut stage_two_bounds: Vec<(usize, usize)> = Vec::new();
         for (index, question) in questions.iter().enumerate() {
+            let two_stages = match question.kind() {
+                QuestionKind::Choice {
+                    instructions,
+                    options,
+                } => self.needs_two_stages(
+                    &instructions.render(),
+                    options,
+                    prefix_tokens.len(),
+                    &split.tail,
+                    limit,
+                )?,
+                _ => false,
+            };
             match question.kind() {
                 QuestionKind::Choice {
                     instructions,
                     options,
-                } if options.len() > self.options.max_options_per_pass => {
+                } if two_stages => {
                     let shown = choice_options(options);
                     let first = plan.passes.len();
                     for (offset, option) in shown.iter().enumerate() {

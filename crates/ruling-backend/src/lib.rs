@@ -31,8 +31,8 @@ pub mod render;
 pub use answer::answer;
 pub use backend::{Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role, check_branches};
 pub use cancel::{Cancel, CancelOnDrop, Stopped};
-pub use codes::{AnswerCodes, DEFAULT_CODES};
-pub use contract::{ContractReport, verify_backend};
+pub use codes::{AnswerCodes, DEFAULT_CODES, MAX_CODES, two_letter_codes};
+pub use contract::{ContractReport, verify_backend, verify_backend_widened};
 pub use decision::{
     AdaptiveRotations, DEFAULT_PREFIX_CACHE_BYTES, DecoderEngine, EngineOptions, QuestionPrompt,
 };

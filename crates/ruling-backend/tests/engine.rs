@@ -16,6 +16,8 @@ use ruling_schema::{
 use serde_json::json;
 
 const SPECIALS: [&str; 2] = ["<|im_start|>", "<|im_end|>"];
+/// Token ids of merged letter pairs start here, past every `char`.
+const PAIR_BASE: u32 = 0x20_0000;
 
 /// Char-level tokenizer, ChatML template, formula model.
 #[derive(Debug)]
@@ -32,6 +34,9 @@ struct Scripted {
     prefills: AtomicUsize,
     /// Cancelled once this many forward passes have run: a client leaving mid-request.
     cancel_after: Mutex<Option<(usize, Cancel)>>,
+    /// Two capital letters in a row for which this says yes are one token, as BPE merges
+    /// some letter pairs: the two-letter codes a wide choice can be shown with.
+    pairs: Option<fn(u8, u8) -> bool>,
 }
 
 impl Scripted {
@@ -51,6 +56,23 @@ impl Scripted {
             encodes: AtomicUsize::new(0),
             prefills: AtomicUsize::new(0),
             cancel_after: Mutex::new(None),
+            pairs: None,
+        }
+    }
+
+    /// The same model with letter pairs merged where `pairs` says so.
+    fn with_pairs(mut self, pairs: fn(u8, u8) -> bool) -> Self {
+        self.pairs = Some(pairs);
+        self
+    }
+
+    fn pair(&self, text: &str) -> Option<u32> {
+        let merges = self.pairs?;
+        match text.as_bytes() {
+            [a, b, ..] if a.is_ascii_uppercase() && b.is_ascii_uppercase() && merges(*a, *b) => {
+                Some(PAIR_BASE + u32::from(a - b'A') * 26 + u32::from(b - b'A'))
+            }
+            _ => None,
         }
     }
 
@@ -60,6 +82,13 @@ impl Scripted {
             .map(|&t| match t {
                 0 => SPECIALS[0].to_owned(),
                 1 => SPECIALS[1].to_owned(),
+                t if t >= PAIR_BASE => {
+                    let pair = t - PAIR_BASE;
+                    [pair / 26, pair % 26]
+                        .iter()
+                        .map(|&l| char::from(b'A' + l as u8))
+                        .collect()
+                }
                 t => char::from_u32(t - 10).map(String::from).unwrap_or_default(),
             })
             .collect()
@@ -99,6 +128,9 @@ impl Backend for Scripted {
             if let Some(i) = SPECIALS.iter().position(|s| rest.starts_with(s)) {
                 ids.push(i as u32);
                 rest = &rest[SPECIALS[i].len()..];
+            } else if let Some(id) = self.pair(rest) {
+                ids.push(id);
+                rest = &rest[2..];
             } else {
                 ids.push(c as u32 + 10);
                 rest = &rest[c.len_utf8()..];
@@ -141,10 +173,10 @@ impl Backend for Scripted {
                     .iter()
                     .enumerate()
                     .map(|(position, &code)| {
-                        let letter = char::from_u32(code - 10).unwrap_or('?');
+                        let label = self.decode(&[code]);
                         let line = text
                             .lines()
-                            .find_map(|l| l.strip_prefix(&format!("{letter}. ")))
+                            .find_map(|l| l.strip_prefix(&format!("{label}. ")))
                             .unwrap_or("");
                         self.score_of(line) + self.bias.get(position).copied().unwrap_or(0.0)
                     })
@@ -302,6 +334,93 @@ fn a_wide_choice_traces_every_option_of_stage_one_and_its_final_pass() {
     finalists.sort_unstable();
     shown.sort_unstable();
     assert_eq!(shown, finalists);
+}
+
+/// Letter pairs that are one token in the scripted tokenizer: about two thirds of them, so
+/// some two-letter codes are proven and some are skipped.
+fn some_pairs(a: u8, b: u8) -> bool {
+    (u32::from(a) + u32::from(b)) % 3 != 0
+}
+
+#[test]
+fn a_wide_choice_is_one_pass_when_the_tokenizer_proves_its_codes() {
+    let keys = intent_keys();
+    let mut body = serde_json::to_value(wide_choice(&keys).to_wire()).unwrap();
+    body["trace"] = json!(true);
+    let request = request(body);
+    let backend = Scripted::new(Vec::new(), true).with_pairs(some_pairs);
+    let engine = engine(backend, 1, false);
+    let before = engine.backend().forward_passes.load(Ordering::SeqCst);
+    let response = engine.evaluate(&request).unwrap();
+    response.check_against(&request).unwrap();
+    let trace = &response.evaluation_trace.as_ref().unwrap().questions["intent"];
+    assert!(trace.stage_one.is_none(), "asked in one pass");
+    assert_eq!(trace.rotations.len(), 1);
+    assert_eq!(trace.rotations[0].order, keys);
+    // The prefix, then one scoring call.
+    assert_eq!(
+        engine.backend().forward_passes.load(Ordering::SeqCst) - before,
+        2
+    );
+    // Each code was read off the line it labels: with no letter bias, every key's
+    // probability is the softmax of its own line's score, codes past Z included.
+    let scores: Vec<f64> = keys
+        .iter()
+        .map(|k| f64::from(engine.backend().score_of(&format!("{k}: about {k}"))))
+        .collect();
+    let total: f64 = scores.iter().map(|s| s.exp()).sum();
+    for ((key, p), score) in probabilities(&response, "intent").iter().zip(&scores) {
+        let expected = score.exp() / total;
+        assert!((p - expected).abs() < 1e-6, "{key}: {p} vs {expected}");
+    }
+    // The shown codes run A..Z, then the proven pairs in spreadsheet order.
+    let prompt = engine
+        .question_prompt(
+            request.state(),
+            request.questions()[0].kind(),
+            &(0..40).collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let labels: Vec<String> = prompt
+        .codes
+        .iter()
+        .map(|&c| engine.backend().decode(&[c]))
+        .collect();
+    let expected: Vec<String> = ruling_backend::DEFAULT_CODES
+        .iter()
+        .map(|c| (*c).to_owned())
+        .chain(
+            ruling_backend::two_letter_codes()
+                .into_iter()
+                .filter(|c| some_pairs(c.as_bytes()[0], c.as_bytes()[1])),
+        )
+        .take(40)
+        .collect();
+    assert_eq!(labels, expected);
+    assert!(
+        labels
+            .iter()
+            .all(|l| engine.backend().encode(l).unwrap().len() == 1)
+    );
+}
+
+#[test]
+fn a_wide_choice_that_would_overflow_the_context_in_one_pass_takes_two_stages() {
+    let keys = intent_keys();
+    let backend = Scripted::new(Vec::new(), true).with_pairs(some_pairs);
+    let options = EngineOptions {
+        // Room for a stage-one branch and the eight-option final pass, not for all forty.
+        max_branch_tokens: Some(500),
+        ..EngineOptions::default()
+    };
+    let engine = DecoderEngine::new(backend, options, None).unwrap();
+    let mut body = serde_json::to_value(wide_choice(&keys).to_wire()).unwrap();
+    body["trace"] = json!(true);
+    let request = request(body);
+    let response = engine.evaluate(&request).unwrap();
+    response.check_against(&request).unwrap();
+    let trace = &response.evaluation_trace.unwrap().questions["intent"];
+    assert_eq!(trace.stage_one.as_ref().map(Vec::len), Some(40));
 }
 
 #[test]

@@ -3,7 +3,10 @@
 
 mod common;
 
-use ruling_backend::{Backend, Branch, DEFAULT_CODES, verify_backend};
+use ruling_backend::{
+    Backend, Branch, DEFAULT_CODES, MAX_CODES, two_letter_codes, verify_backend,
+    verify_backend_widened,
+};
 use ruling_candle::{BranchLayout, CandleBackend, LoadOptions};
 
 fn smollm2() -> CandleBackend {
@@ -35,6 +38,22 @@ fn smollm2_meets_the_backend_contract() {
     let report = verify_backend(&backend, &DEFAULT_CODES[..8]).unwrap();
     assert_eq!(report.codes.ids(), [49, 50, 51, 52, 53, 54, 55, 56]);
     assert!(report.probe_candidate_mass > 0.0 && report.probe_candidate_mass <= 1.0);
+}
+
+/// How many of the 676 two-letter codes a tokenizer proves one token where the answer is
+/// read, and whether that covers a Choice of 255 options in one pass.
+fn wide_codes_proven(backend: &CandleBackend) -> usize {
+    let report = verify_backend_widened(backend, &DEFAULT_CODES, &two_letter_codes(), 1000)
+        .expect("the contract holds with wide codes");
+    let wide = report.codes.max_options() - DEFAULT_CODES.len();
+    eprintln!("{} of 676 two-letter codes are one token", wide);
+    wide
+}
+
+#[test]
+fn smollm2_proves_enough_two_letter_codes_for_255_options() {
+    let backend = smollm2();
+    assert!(wide_codes_proven(&backend) >= MAX_CODES - DEFAULT_CODES.len());
 }
 
 #[test]

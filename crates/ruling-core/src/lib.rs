@@ -145,6 +145,9 @@ pub struct Options {
     /// Encode each question's stem once over the state and branch only its options (on by
     /// default; see `ruling_backend::EngineOptions::shared_stems`).
     pub shared_stems: bool,
+    /// Most options a decoder shows in one pass (default and most: 255, as far as the
+    /// tokenizer proves answer codes); a wider Choice is asked in two stages.
+    pub max_options_per_pass: usize,
 }
 
 impl Default for Options {
@@ -164,6 +167,7 @@ impl Default for Options {
             prefix_cache_bytes: EngineOptions::default().prefix_cache_bytes,
             adaptive: None,
             shared_stems: true,
+            max_options_per_pass: EngineOptions::default().max_options_per_pass,
         }
     }
 }
@@ -462,6 +466,7 @@ fn engine_options(options: &Options, served_name: Option<String>) -> EngineOptio
         prefix_cache_bytes: options.prefix_cache_bytes,
         adaptive: options.adaptive,
         shared_stems: options.shared_stems,
+        max_options_per_pass: options.max_options_per_pass,
         ..EngineOptions::default()
     }
 }

@@ -55,6 +55,9 @@ pub struct RunManifest {
     /// may average fewer orders than `--rotations` asks for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive_margin: Option<f64>,
+    /// The most options the engine showed in one pass, when the run set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_options_per_pass: Option<u64>,
 }
 
 /// The calibration a run's engine applied.
@@ -74,12 +77,17 @@ impl RunManifest {
         if let Some((field, a, b)) = self.provenance.first_difference(&other.provenance) {
             return Some((field.as_str(), a, b));
         }
-        let fields: [(&'static str, String, String); 6] = [
+        let fields: [(&'static str, String, String); 7] = [
             ("mode", show(&self.mode), show(&other.mode)),
             ("model", show(&self.model), show(&other.model)),
             ("split", show(&self.split), show(&other.split)),
             ("seed", show(&self.seed), show(&other.seed)),
             ("reversal", show(&self.reversal), show(&other.reversal)),
+            (
+                "max_options_per_pass",
+                show(&self.max_options_per_pass),
+                show(&other.max_options_per_pass),
+            ),
             (
                 "calibration",
                 show(&self.calibration.as_ref().map(|c| c.temperatures)),

@@ -88,6 +88,11 @@ pub struct RunArgs {
     /// nats. With --url, the server's setting.
     #[arg(long, env = "RULING_ADAPTIVE_MARGIN", value_parser = parse_margin)]
     adaptive_margin: Option<f64>,
+    /// In-process: the most options a decoder shows in one pass (default 255, as far as the
+    /// tokenizer proves codes); a wider choice is asked in two stages. 26 asks every choice
+    /// past the single letters in two stages, as engines before wide codes did.
+    #[arg(long, conflicts_with = "url", value_parser = clap::value_parser!(u64).range(2..=255))]
+    max_options_per_pass: Option<u64>,
     /// A calibration file for this model and these settings; the engine applies it. With
     /// --url, the one the server was started with (checked against its traces).
     #[arg(long, env = "RULING_CALIBRATION")]
@@ -178,6 +183,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         calibration,
         datasets: Vec::new(),
         adaptive_margin: args.adaptive_margin,
+        max_options_per_pass: args.max_options_per_pass,
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -260,6 +266,9 @@ fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'stat
         dtype: args.dtype,
         cache_dir: args.cache.clone(),
         adaptive: args.adaptive_margin.map(adaptive),
+        max_options_per_pass: args
+            .max_options_per_pass
+            .map_or(Options::default().max_options_per_pass, |n| n as usize),
         ..Options::default()
     };
     let ruling = Ruling::load(spec, &options).with_context(|| format!("loading model {spec}"))?;
