@@ -3,7 +3,9 @@
 //! README.md's test command and `.ci/run` both call this, so a developer and CI run exactly
 //! the same checks. Tools the pipeline needs and a fresh machine lacks are installed on first
 //! use: the llama.cpp build's system packages with apt-get (`prereq.rs`), cargo-deny from
-//! crates.io.
+//! crates.io. After the tests: the crates packaged as crates.io would take them, a project
+//! outside the workspace built against those packages (`outside.rs`), the documentation with
+//! warnings denied, and a minute of fuzzing on request validation (`fuzz.rs`).
 
 use std::process::Command;
 use std::time::Instant;
@@ -61,11 +63,34 @@ pub fn run(args: &CiArgs) -> anyhow::Result<()> {
         cargo(&["test", "--workspace", "--all-targets", "--no-fail-fast"]),
     )?;
     step("doc tests", cargo(&["test", "--workspace", "--doc"]))?;
+    // Every publishable crate packages and its manifest is complete. Not verified by building
+    // each package here: that rebuilds every crate and llama.cpp outside the workspace; the
+    // next step builds ruling-core and everything it depends on from the packages instead.
+    step(
+        "package for crates.io",
+        cargo(&[
+            "publish",
+            "--workspace",
+            "--dry-run",
+            "--allow-dirty",
+            "--no-verify",
+        ]),
+    )?;
+    step_fn("a project outside the workspace", crate::outside::run)?;
+    let mut doc = cargo(&["doc", "--workspace", "--no-deps"]);
+    doc.env("RUSTDOCFLAGS", "-D warnings");
+    step("documentation", doc)?;
+    step_fn("fuzz request validation", || {
+        crate::fuzz::run(&crate::fuzz::FuzzArgs {
+            seconds: 60,
+            merge: false,
+        })
+    })?;
     eprintln!("ci: all steps passed in {:.0?}", started.elapsed());
     Ok(())
 }
 
-fn cargo(args: &[&str]) -> Command {
+pub(crate) fn cargo(args: &[&str]) -> Command {
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     command.args(args);
     command

@@ -3,6 +3,9 @@
 //! - `cargo xtask fixtures` writes the tiny random-weight models the tests load.
 //! - `cargo xtask bench decoder` measures the decoder and writes `docs/bench/decoder.md`.
 //! - `cargo xtask ci` is the whole test pipeline that README.md and `.ci/run` call.
+//! - `cargo xtask fuzz` runs the coverage-guided fuzz target on request validation.
+//! - `cargo xtask outside` builds and runs a project outside the workspace against the crates
+//!   as `cargo package` makes them.
 //! - `cargo xtask serve` installs the llama.cpp build's system packages if missing, then runs
 //!   `ruling-serve` (README.md's first command).
 
@@ -11,6 +14,8 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod ci;
 mod fixtures;
+mod fuzz;
+mod outside;
 mod prereq;
 
 #[derive(Debug, Parser)]
@@ -26,8 +31,13 @@ enum Command {
     Fixtures(fixtures::FixturesArgs),
     /// Measure and write a report (`cargo xtask bench decoder`).
     Bench(bench::BenchArgs),
-    /// Run the whole test pipeline: fmt, clippy, cargo-deny, dependency rules, fixtures, tests.
+    /// Run the whole test pipeline: fmt, clippy, cargo-deny, dependency rules, tests, fuzz.
     Ci(ci::CiArgs),
+    /// Fuzz request validation for a bounded time (`--seconds`), or `--merge` what a run found.
+    Fuzz(fuzz::FuzzArgs),
+    /// Build and run `examples/outside-workspace` against the packaged crates, as a user who
+    /// ran `cargo add ruling-core` would.
+    Outside,
     /// Install the build's system packages if missing, then build and run `ruling-serve`
     /// (release) with these arguments (`--help` is ruling-serve's).
     #[command(disable_help_flag = true)]
@@ -41,9 +51,20 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Fixtures(args) => fixtures::run(&args),
         Command::Ci(args) => ci::run(&args),
+        Command::Fuzz(args) => fuzz::run(&args),
+        Command::Outside => outside::run(),
         Command::Bench(args) => bench::run(&args),
         Command::Serve { args } => serve(&args),
     }
+}
+
+/// The workspace this xtask belongs to.
+fn workspace_root() -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context as _;
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .context("xtask sits inside the workspace")
 }
 
 fn serve(args: &[String]) -> anyhow::Result<()> {

@@ -78,7 +78,7 @@ impl Linear {
     }
 
     /// `forward`, for a pass that needs the input's gradient but never the matrix's: the
-    /// product is computed outside the graph and joined to it by [`InputGradient`], whose
+    /// product is computed outside the graph and joined to it by a custom op, whose
     /// backward pass is one product with the matrix (candle's own matmul backward would also
     /// compute the frozen matrix's gradient, as much work again). Quantized matrices pass no
     /// gradient at all (see [`Linear::to_f32`]).

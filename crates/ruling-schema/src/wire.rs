@@ -1,9 +1,9 @@
 //! The System One v1 wire types, exactly as clients send and receive them.
 //!
 //! These types are for (de)serialising and schema generation only; engines accept the
-//! validated types of [`crate::valid`]. Every map is an [`IndexMap`] because order is meaning
-//! here: the order of a choice's `criteria` is the option order, and answers come back in the
-//! order questions were asked.
+//! validated types ([`crate::ValidRequest`] and its parts). Every map is an [`IndexMap`]
+//! because order is meaning here: the order of a choice's `criteria` is the option order,
+//! and answers come back in the order questions were asked.
 
 use indexmap::IndexMap;
 use schemars::{JsonSchema, Schema};
