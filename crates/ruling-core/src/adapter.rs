@@ -159,7 +159,11 @@ pub(crate) fn adapted(
         .map(Calibration::load)
         .transpose()
         .map_err(|e| named(e.into()))?;
-    let engine_options = crate::engine_options(options, Some(choice.name.clone()));
+    let mut settings = crate::settings::explicit(options);
+    if let Some(path) = &calibration_file {
+        settings.calibration = crate::CalibrationSource::File(path.clone());
+    }
+    let engine_options = crate::engine_options(options, &settings, Some(choice.name.clone()));
     let engine =
         DecoderEngine::new(backend, engine_options, calibration).map_err(|error| {
             match (error, &calibration_file) {
@@ -179,6 +183,7 @@ pub(crate) fn adapted(
             digest: adapter.digest,
             calibration: calibration_file,
         }),
+        settings: Some(settings),
     })
 }
 

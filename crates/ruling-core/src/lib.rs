@@ -41,6 +41,7 @@
 //! with [`Ruling::load_with_adapters`] (`adapter.rs`).
 
 mod adapter;
+mod settings;
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +57,7 @@ use ruling_candle::{Adapter, AdapterError, CandleBackend, LoadError, LoadOptions
 use ruling_encoder::{EncoderEngine, EncoderError, EncoderOptions};
 use ruling_models::{LocalModel, ModelSpec, PullError, PullOptions, SpecError};
 use ruling_schema::{SystemOneRequest, SystemOneResponse, ValidRequest, ValidationErrors};
+pub use settings::{CalibrationSource, Settings};
 
 pub use ruling_backend::EngineInfo as Info;
 
@@ -114,13 +116,21 @@ pub struct Options {
     /// gives each its own context.
     pub workers: usize,
     /// Orderings averaged per question (1: as given; 2: both directions for Noul and Score).
-    pub rotations: u32,
-    /// Subtract the content-free prior of each option count (off by default; see
-    /// `ruling_backend::EngineOptions::prior` for the measurements behind that).
-    pub prior: bool,
+    /// `None`: the model's serving profile (see [`Options::profile`]), else 1.
+    pub rotations: Option<u32>,
+    /// Subtract the content-free prior of each option count. `None`: the serving profile's
+    /// choice, else off.
+    pub prior: Option<bool>,
     /// A calibration file fitted for this model and these settings (the base's, when
     /// adapters are served beside it; an adapter's is [`AdapterChoice::calibration`]).
+    /// `None`: the serving profile's calibration, when the rotations and prior are the
+    /// profile's.
     pub calibration: Option<PathBuf>,
+    /// Fill the settings left `None` from the catalog model's serving profile, the settings
+    /// development measurements chose for it (`ruling_models::profile`). On by default; off,
+    /// or for a model without a profile, they take the engine's defaults. Adapters always run
+    /// at the settings given (their calibration is fitted for those).
+    pub profile: bool,
     /// Answer through this LoRA adapter over the base (candle backend only): [`Ruling::load`]
     /// then loads the adapted model alone, served under the adapter's name and calibrated by
     /// its own calibration, so `calibration` must be left unset.
@@ -155,9 +165,10 @@ impl Default for Options {
         Self {
             backend: DecoderBackend::default(),
             workers: 1,
-            rotations: 1,
-            prior: false,
+            rotations: None,
+            prior: None,
             calibration: None,
+            profile: true,
             adapter: None,
             dtype: WeightDtype::Auto,
             cache_dir: None,
@@ -249,6 +260,8 @@ pub struct Ruling {
     engine: Box<dyn Engine>,
     /// The LoRA adapter every forward pass applies, if any.
     adapter: Option<AdapterInfo>,
+    /// What a decoder runs with (`None` for a decision encoder or a wrapped engine).
+    settings: Option<Settings>,
 }
 
 impl std::fmt::Debug for Ruling {
@@ -256,6 +269,7 @@ impl std::fmt::Debug for Ruling {
         f.debug_struct("Ruling")
             .field("info", self.engine.info())
             .field("adapter", &self.adapter)
+            .field("settings", &self.settings)
             .finish()
     }
 }
@@ -286,9 +300,9 @@ impl Ruling {
             return Self::load_encoder(&model.path, options);
         }
         match options.backend {
-            DecoderBackend::Candle => Self::decoder(model.candle(options)?, options),
+            DecoderBackend::Candle => Self::decoder(spec, model.candle(options)?, options),
             #[cfg(feature = "llama-cpp")]
-            DecoderBackend::Llama => Self::decoder(model.llama(options)?, options),
+            DecoderBackend::Llama => Self::decoder(spec, model.llama(options)?, options),
             #[cfg(not(feature = "llama-cpp"))]
             DecoderBackend::Llama => Err(CoreError::LlamaNotBuilt),
         }
@@ -327,26 +341,25 @@ impl Ruling {
             .map(|choice| adapter::adapted(&base, choice, options))
             .collect::<Result<Vec<_>, _>>()?;
         let mut all = Vec::with_capacity(adapted.len() + 1);
-        all.push(Self::decoder(base, options)?);
+        all.push(Self::decoder(spec, base, options)?);
         all.extend(adapted);
         Ok(all)
     }
 
-    /// A decoder backend under [`DecoderEngine`], with the options' calibration.
+    /// A decoder backend under [`DecoderEngine`], at the settings `options` and the serving
+    /// profile of `spec` come to.
     fn decoder<B: ruling_backend::Backend + 'static>(
+        spec: &str,
         backend: B,
         options: &Options,
     ) -> Result<Self, CoreError> {
-        let calibration = options
-            .calibration
-            .as_ref()
-            .map(Calibration::load)
-            .transpose()?;
-        let engine_options = engine_options(options, options.served_name.clone());
+        let (settings, calibration) = settings::resolve(spec, options)?;
+        let engine_options = engine_options(options, &settings, options.served_name.clone());
         let engine = DecoderEngine::new(backend, engine_options, calibration)?;
         Ok(Self {
             engine: Box::new(engine),
             adapter: None,
+            settings: Some(settings),
         })
     }
 
@@ -354,13 +367,13 @@ impl Ruling {
     /// `calibration.json` unless `options.calibration` names another.
     fn load_encoder(dir: &Path, options: &Options) -> Result<Self, CoreError> {
         let model = dir.display().to_string();
-        if options.rotations != 1 {
+        if options.rotations.is_some_and(|r| r != 1) {
             return Err(CoreError::NotForEncoder {
                 model,
                 setting: "--rotations",
             });
         }
-        if options.prior {
+        if options.prior == Some(true) {
             return Err(CoreError::NotForEncoder {
                 model,
                 setting: "--prior",
@@ -390,6 +403,7 @@ impl Ruling {
         Ok(Self {
             engine: Box::new(engine),
             adapter: None,
+            settings: None,
         })
     }
 
@@ -398,6 +412,7 @@ impl Ruling {
         Self {
             engine,
             adapter: None,
+            settings: None,
         }
     }
 
@@ -408,6 +423,12 @@ impl Ruling {
     /// The LoRA adapter this model answers through, if any.
     pub fn adapter(&self) -> Option<&AdapterInfo> {
         self.adapter.as_ref()
+    }
+
+    /// The rotations, prior and calibration a decoder answers with, and where they came from
+    /// (`None` for a decision encoder, which has none of them).
+    pub fn settings(&self) -> Option<&Settings> {
+        self.settings.as_ref()
     }
 
     /// What a calibration of the loaded engine must have been fitted for.
@@ -456,11 +477,15 @@ pub fn load_candle(spec: &str, options: &Options) -> Result<CandleBackend, CoreE
     Pulled::pull(spec, options)?.candle(options)
 }
 
-/// The engine settings `options` asks for, serving under `served_name`.
-fn engine_options(options: &Options, served_name: Option<String>) -> EngineOptions {
+/// The engine settings `options` asks for at `settings`, serving under `served_name`.
+fn engine_options(
+    options: &Options,
+    settings: &Settings,
+    served_name: Option<String>,
+) -> EngineOptions {
     EngineOptions {
-        rotations: options.rotations,
-        prior: options.prior,
+        rotations: settings.rotations,
+        prior: settings.prior,
         max_request_tokens: options.max_request_tokens,
         served_name,
         prefix_cache_bytes: options.prefix_cache_bytes,

@@ -94,7 +94,7 @@ fn one_model_serves_four_threads_with_identical_answers() {
     let ruling = Ruling::load(
         &path.display().to_string(),
         &Options {
-            rotations: 2,
+            rotations: Some(2),
             ..Options::default()
         },
     )
@@ -188,8 +188,8 @@ fn smollm2() -> &'static Ruling {
 fn load_smollm2(backend: ruling_core::DecoderBackend) -> Ruling {
     let options = Options {
         backend,
-        rotations: 2,
-        prior: true,
+        rotations: Some(2),
+        prior: Some(true),
         cache_dir: Some(workspace().join("target/ruling-cache")),
         ..Options::default()
     };
@@ -271,7 +271,8 @@ fn stems_against_whole_branches(backend: ruling_core::DecoderBackend, tolerance:
     let load = |shared_stems: bool| {
         let options = Options {
             backend,
-            rotations: 4,
+            rotations: Some(4),
+            prior: Some(false),
             shared_stems,
             cache_dir: Some(workspace().join("target/ruling-cache")),
             ..Options::default()

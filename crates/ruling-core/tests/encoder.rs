@@ -99,7 +99,7 @@ fn decoder_settings_are_refused_for_an_encoder() {
     let dir = checkpoint(scratch.path());
     let spec = format!("encoder:{}", dir.display());
     let rotated = Options {
-        rotations: 3,
+        rotations: Some(3),
         ..Options::default()
     };
     let err = Ruling::load(&spec, &rotated).unwrap_err();

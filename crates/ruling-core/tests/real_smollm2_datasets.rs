@@ -65,8 +65,8 @@ fn dataset(relative: &str) -> Vec<Value> {
 
 fn load(rotations: u32, prior: bool) -> Ruling {
     let options = Options {
-        rotations,
-        prior,
+        rotations: Some(rotations),
+        prior: Some(prior),
         cache_dir: Some(workspace().join("target/ruling-cache")),
         ..Options::default()
     };

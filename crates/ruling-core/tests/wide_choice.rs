@@ -21,7 +21,7 @@ fn workspace() -> PathBuf {
 fn load(backend: DecoderBackend, rotations: u32, max_options_per_pass: Option<usize>) -> Ruling {
     let mut options = Options {
         backend,
-        rotations,
+        rotations: Some(rotations),
         cache_dir: Some(workspace().join("target/ruling-cache")),
         ..Options::default()
     };

@@ -158,8 +158,10 @@ fn ask(args: AskArgs) -> anyhow::Result<()> {
     let (calibration, adapter) = with_adapter(args.calibration.clone(), &args.adapter)?;
     let options = Options {
         backend: args.backend,
-        rotations: args.rotations,
-        prior: args.prior,
+        rotations: Some(args.rotations),
+        prior: Some(args.prior),
+        // Exactly the settings on the command line: what a run measures is what it names.
+        profile: false,
         calibration,
         adapter,
         dtype: args.dtype,

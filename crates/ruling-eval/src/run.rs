@@ -259,8 +259,10 @@ fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'stat
     let (calibration, adapter) = crate::with_adapter(args.calibration.clone(), &args.adapter)?;
     let options = Options {
         backend: args.backend,
-        rotations: args.rotations,
-        prior: args.prior,
+        rotations: Some(args.rotations),
+        prior: Some(args.prior),
+        // Exactly the settings on the command line: what a run measures is what it names.
+        profile: false,
         calibration,
         adapter,
         dtype: args.dtype,

@@ -358,7 +358,7 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
 
     // The engine takes it: the provenance is the one it computes itself.
     let options = Options {
-        rotations: 2,
+        rotations: Some(2),
         calibration: Some(file.clone()),
         ..Options::default()
     };
@@ -604,8 +604,8 @@ fn serve(key: &'static str, rotations: u32, prior: bool) -> String {
     let loader = ruling_serve::Loader::from_spec(
         tiny_llama(),
         Options {
-            rotations,
-            prior,
+            rotations: Some(rotations),
+            prior: Some(prior),
             ..Options::default()
         },
     );

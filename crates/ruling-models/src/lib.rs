@@ -18,6 +18,7 @@ mod digest;
 mod error;
 mod hub;
 mod mirror;
+pub mod profile;
 mod progress;
 mod pull;
 pub mod spec;
@@ -25,6 +26,7 @@ pub mod spec;
 pub use cache::{CACHE_ENV, default_cache_dir, model_dir};
 pub use catalog::{CATALOG, CatalogEntry, Format, HubSource, MirrorPart, ModelFile};
 pub use error::{HubError, MirrorError, PullError};
+pub use profile::{PROFILES, ServingProfile, profile};
 pub use progress::ProgressMode;
 pub use pull::{
     PYTHON_ENV, PullOptions, Pulled, Source, is_unreachable, pull, pull_entry, pull_spec, pull_str,

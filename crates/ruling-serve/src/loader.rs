@@ -116,6 +116,12 @@ impl Loader {
                     seconds = format_args!("{:.1}", started.elapsed().as_secs_f64()),
                     "model loaded"
                 );
+                if let Some(settings) = ruling.settings() {
+                    tracing::info!(settings = %settings.describe(), "answering with");
+                    if let Some(note) = &settings.note {
+                        tracing::warn!("{note}");
+                    }
+                }
                 for adapted in &adapters {
                     if let Some(adapter) = adapted.adapter() {
                         tracing::info!(
@@ -130,7 +136,10 @@ impl Loader {
                         );
                     }
                 }
-                let meta = meta_for_spec(&spec, &options);
+                let mut meta = meta_for_spec(&spec, &options);
+                if let Some(settings) = ruling.settings() {
+                    meta.description = format!("{} ({})", meta.description, settings.describe());
+                }
                 Ok(Loaded {
                     ruling,
                     meta,

@@ -70,11 +70,20 @@ struct ServeArgs {
     #[arg(long, env = "RULING_BACKEND", default_value_t = ruling_core::DecoderBackend::default())]
     backend: ruling_core::DecoderBackend,
     /// Orderings averaged per question (1: as given; 2: both directions for noul and score).
-    #[arg(long, env = "RULING_ROTATIONS", default_value_t = 1)]
-    rotations: u32,
-    /// Subtract the content-free prior of each option count.
-    #[arg(long, env = "RULING_PRIOR")]
+    /// Default: the model's serving profile, else 1.
+    #[arg(long, env = "RULING_ROTATIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    rotations: Option<u32>,
+    /// Subtract the content-free prior of each option count (default: the model's serving
+    /// profile, else off).
+    #[arg(long, env = "RULING_PRIOR", overrides_with = "no_prior")]
     prior: bool,
+    /// Do not subtract the prior, whatever the model's serving profile says.
+    #[arg(long, overrides_with = "prior")]
+    no_prior: bool,
+    /// Ignore the model's serving profile: settings not given take the engine's defaults (one
+    /// rotation, no prior, uncalibrated).
+    #[arg(long, env = "RULING_NO_PROFILE")]
+    no_profile: bool,
     /// Adaptive rotations: stop a question's rotations (after at least two) once every order
     /// read so far picked the same option and its mean log-probability leads by this many
     /// nats (off by default; docs/debiasing.md has the measurements).
@@ -204,12 +213,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         backend: args.backend,
         workers: config.workers,
         rotations: args.rotations,
+        prior: match (args.prior, args.no_prior) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
+        profile: !args.no_profile,
         adaptive: args
             .adaptive_margin
             .map(ruling_core::AdaptiveRotations::after_two)
             .transpose()
             .map_err(anyhow::Error::msg)?,
-        prior: args.prior,
         calibration: args.calibration,
         cache_dir: args.cache_dir,
         served_name: args.served_name,

@@ -168,8 +168,9 @@ pub fn run(args: &AnswerArgs) -> anyhow::Result<()> {
         &args.teacher,
         &Options {
             backend: args.backend,
-            rotations: args.rotations,
-            prior: args.prior,
+            rotations: Some(args.rotations),
+            prior: Some(args.prior),
+            profile: false,
             calibration: calibration.clone(),
             cache_dir: args.cache.clone(),
             ..Options::default()
