@@ -15,6 +15,9 @@ const PROBE_STATE: &str = "The probe state: a short note about checking a backen
 // A branch must carry real text after the state, so the check exercises the cut between
 // the shared prefix and the per-question part exactly as requests do.
 const PROBE_QUESTION: &str = "Question: Is this a probe?\nA. yes\nB. no\nAnswer:";
+// The same question asked question-first: its options end the prefix, the state opens the
+// branch.
+const PROBE_QUESTION_HEAD: &str = "Question: Is this a probe?\nA. yes\nB. no\n";
 
 /// What the check learned about a backend that passed.
 #[derive(Debug, Clone)]
@@ -26,6 +29,10 @@ pub struct ContractReport {
     /// Candidate mass of the codes on the probe branch, a first hint of how well the model
     /// follows the answer format.
     pub probe_candidate_mass: f64,
+    /// Whether a question asked question-first (its text and options as the prefix, the state
+    /// in the branch) splits as cleanly as the usual layout: when not, the engine never asks
+    /// that way, and this says which promise that layout broke.
+    pub question_first: Result<(), String>,
 }
 
 /// Check every promise of the [`Backend`] contract and prove `labels` as answer codes.
@@ -47,47 +54,11 @@ pub fn verify_backend_widened<B: Backend + ?Sized>(
     wide: &[String],
     max: usize,
 ) -> Result<ContractReport, ContractError> {
-    let head = user_head(PROBE_STATE);
-    let split = split_prompt(backend, PROBE_SYSTEM, &head)?;
-    let full = backend.render_chat(&conversation(
-        backend,
-        PROBE_SYSTEM,
-        &format!("{head}{PROBE_QUESTION}"),
-    ))?;
-
-    if !full.starts_with(&split.prefix) {
-        let at = common_prefix_len(&split.prefix, &full);
-        return Err(ContractError::PrefixNotPrefix {
-            at,
-            prefix_next: excerpt(&split.prefix[at..]),
-            full_next: excerpt(&full[at..]),
-        });
-    }
-    let rest = format!("{PROBE_QUESTION}{}", split.tail);
-    if full[split.prefix.len()..] != rest {
-        return Err(ContractError::TailMismatch {
-            full_rest: excerpt(&full[split.prefix.len()..]),
-            expected_rest: excerpt(&rest),
-        });
-    }
-
-    let prefix_ids = backend.encode(&split.prefix)?;
-    let rest_ids = backend.encode(&rest)?;
-    let together = backend.encode(&full)?;
-    let apart: Vec<u32> = prefix_ids.iter().chain(&rest_ids).copied().collect();
-    if apart != together {
-        let at = apart
-            .iter()
-            .zip(&together)
-            .take_while(|(a, b)| a == b)
-            .count();
-        return Err(ContractError::TokenBoundary {
-            at,
-            apart: window(&apart, at),
-            together: window(&together, at),
-        });
-    }
-
+    let Seam {
+        full,
+        prefix_ids,
+        rest_ids,
+    } = check_seam(backend, &user_head(PROBE_STATE), PROBE_QUESTION)?;
     let mut codes = AnswerCodes::prove(backend, &full, labels)?;
     codes.widen(backend, &full, wide, max)?;
 
@@ -125,10 +96,79 @@ pub fn verify_backend_widened<B: Backend + ?Sized>(
             ),
         });
     }
+    let question_first = check_seam(
+        backend,
+        PROBE_QUESTION_HEAD,
+        &format!("State: {PROBE_STATE}\nAnswer:"),
+    )
+    .map(|_| ())
+    .map_err(|e| e.to_string());
     Ok(ContractReport {
         probe_prefix_tokens: prefix_ids.len(),
         probe_candidate_mass: probe.candidate_mass(),
         codes,
+        question_first,
+    })
+}
+
+/// A probe conversation rendered whole and cut at the end of its user turn's head.
+struct Seam {
+    /// The whole render, system turn to assistant start.
+    full: String,
+    prefix_ids: Vec<u32>,
+    /// The branch (`rest` and the template's tail), encoded on its own.
+    rest_ids: Vec<u32>,
+}
+
+/// Render `head` + `rest` as the user turn, and check that cutting after `head` gives a
+/// prefix of the whole render, that the branch is `rest` followed by the tail, and that
+/// encoding the two apart gives exactly the tokens of encoding them together.
+fn check_seam<B: Backend + ?Sized>(
+    backend: &B,
+    head: &str,
+    rest: &str,
+) -> Result<Seam, ContractError> {
+    let split = split_prompt(backend, PROBE_SYSTEM, head)?;
+    let full = backend.render_chat(&conversation(
+        backend,
+        PROBE_SYSTEM,
+        &format!("{head}{rest}"),
+    ))?;
+    if !full.starts_with(&split.prefix) {
+        let at = common_prefix_len(&split.prefix, &full);
+        return Err(ContractError::PrefixNotPrefix {
+            at,
+            prefix_next: excerpt(&split.prefix[at..]),
+            full_next: excerpt(&full[at..]),
+        });
+    }
+    let rest = format!("{rest}{}", split.tail);
+    if full[split.prefix.len()..] != rest {
+        return Err(ContractError::TailMismatch {
+            full_rest: excerpt(&full[split.prefix.len()..]),
+            expected_rest: excerpt(&rest),
+        });
+    }
+    let prefix_ids = backend.encode(&split.prefix)?;
+    let rest_ids = backend.encode(&rest)?;
+    let together = backend.encode(&full)?;
+    let apart: Vec<u32> = prefix_ids.iter().chain(&rest_ids).copied().collect();
+    if apart != together {
+        let at = apart
+            .iter()
+            .zip(&together)
+            .take_while(|(a, b)| a == b)
+            .count();
+        return Err(ContractError::TokenBoundary {
+            at,
+            apart: window(&apart, at),
+            together: window(&together, at),
+        });
+    }
+    Ok(Seam {
+        full,
+        prefix_ids,
+        rest_ids,
     })
 }
 

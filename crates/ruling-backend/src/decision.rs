@@ -81,7 +81,41 @@ pub struct EngineOptions {
     /// branch. Used for questions with two or more rotations when the backend can extend a
     /// prefix and the stem tokenizes the same apart as inside the branch.
     pub shared_stems: bool,
+    /// Where a question's text goes relative to the state (see [`Layout`]).
+    pub layout: Layout,
 }
+
+/// Where a question's text goes relative to the state.
+///
+/// State-first, the usual layout, encodes the state once as the prefix and each question
+/// (stem, options, closing line) as a branch over it. Question-first encodes the question's
+/// stem and options as the prefix and the state with the closing line as the branch: a long
+/// question asked about many short states (77 intents, each request a one-line utterance)
+/// then has its head encoded once, kept in the prefix cache across requests, and each request
+/// reads only its state. For a single request both cost about the same; each extra question
+/// asked question-first costs the state once more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// Question-first for a question whose stem and options are at least
+    /// [`QUESTION_FIRST_MIN_BYTES`] long and [`QUESTION_FIRST_RATIO`] times as long as the
+    /// state (in bytes), state-first for the rest. Depends only on the request, so a
+    /// question's answer never depends on what the cache holds.
+    #[default]
+    Auto,
+    /// Every question state-first.
+    StateFirst,
+    /// Every question question-first (a two-stage choice's stages stay state-first).
+    QuestionFirst,
+}
+
+/// How much longer than the state a question must be for [`Layout::Auto`] to ask it
+/// question-first: the state it repeats per rotation then costs at most a quarter of what
+/// reusing its head saves.
+pub const QUESTION_FIRST_RATIO: usize = 4;
+
+/// The shortest question [`Layout::Auto`] asks question-first: below it the head saved is a
+/// few dozen tokens, less than the state repeated in each rotation's branch may cost.
+pub const QUESTION_FIRST_MIN_BYTES: usize = 512;
 
 /// When a question's remaining rotations are skipped. Rotations are read in a fixed order,
 /// one round at a time (round `r` holds the `r`-th rotation of every question still open);
@@ -163,6 +197,7 @@ impl Default for EngineOptions {
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
             adaptive: None,
             shared_stems: true,
+            layout: Layout::Auto,
         }
     }
 }
@@ -245,6 +280,9 @@ pub struct DecoderEngine<B: Backend> {
     info: EngineInfo,
     priors: Mutex<HashMap<usize, Arc<Vec<f64>>>>,
     prefixes: PrefixCache<B::Prefix>,
+    /// Whether questions may be asked question-first: the backend's tokenizer splits that
+    /// layout cleanly (proven by `verify_backend`).
+    question_first: bool,
 }
 
 /// One branch to score: which question it answers, the keys its codes stand for.
@@ -256,6 +294,27 @@ struct Pass {
     tokens: Vec<u32>,
     /// The index of the question's stem in the plan's stems, when it has one.
     stem: Option<usize>,
+    /// The prefix the branch continues.
+    base: Base,
+}
+
+/// The prefix a pass is scored against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Base {
+    /// The request's state: the usual layout.
+    State,
+    /// Its question's own head, asked question-first: an index into the plan's heads.
+    Head(usize),
+}
+
+/// The prefixes one evaluation scores against: the state's, encoded before scoring when a
+/// pass needs it, and each question-first head, from the prefix cache or encoded on first use.
+struct Bases<'a, P> {
+    state: Option<Arc<P>>,
+    heads: &'a [Vec<u32>],
+    encoded: HashMap<usize, Arc<P>>,
+    /// Tokens of the heads used, whether encoded or found in the cache.
+    head_tokens: usize,
 }
 
 /// Per-key mean of debiased log-probabilities over a question's rotations, with what the
@@ -267,6 +326,8 @@ struct Combined {
     candidate_mass: Vec<f64>,
     rotations: Vec<RotationTrace>,
     branch_tokens: Vec<usize>,
+    /// Per rotation asked question-first, the tokens of its head.
+    head_tokens: Vec<usize>,
 }
 
 impl Combined {
@@ -277,6 +338,7 @@ impl Combined {
             temperature,
             candidate_mass: self.candidate_mass.clone(),
             branch_tokens: self.branch_tokens.clone(),
+            question_prefix_tokens: self.head_tokens.clone(),
             stage_one,
         }
     }
@@ -338,6 +400,7 @@ impl<B: Backend> DecoderEngine<B> {
             info,
             priors: Mutex::new(HashMap::new()),
             prefixes,
+            question_first: report.question_first.is_ok(),
         })
     }
 
@@ -465,6 +528,22 @@ impl<B: Backend> DecoderEngine<B> {
         Ok(false)
     }
 
+    /// Whether a question, rendered in `rotations`, is asked question-first about `state`
+    /// (see [`Layout`]).
+    fn asks_question_first(&self, rotations: &[RenderedQuestion], state: &str) -> bool {
+        if !self.question_first {
+            return false;
+        }
+        match self.options.layout {
+            Layout::StateFirst => false,
+            Layout::QuestionFirst => true,
+            Layout::Auto => rotations.first().is_some_and(|r| {
+                r.options_len
+                    >= QUESTION_FIRST_MIN_BYTES.max(QUESTION_FIRST_RATIO * state.trim().len())
+            }),
+        }
+    }
+
     /// Stage one of a wide Choice: each option on its own as a yes/no question.
     fn stage_one(&self, instructions: &str, option: &ShownOption) -> Vec<RenderedQuestion> {
         let question = format!(
@@ -559,7 +638,7 @@ impl<B: Backend> DecoderEngine<B> {
     /// in rounds by rotation and a decided question's remaining rotations are never scored.
     fn score(
         &self,
-        prefix: &B::Prefix,
+        bases: &mut Bases<'_, B::Prefix>,
         passes: &[Pass],
         stems: &[Vec<u32>],
         questions: usize,
@@ -568,9 +647,12 @@ impl<B: Backend> DecoderEngine<B> {
         let mut extended = Stems::default();
         let Some(stop) = self.options.adaptive else {
             let all: Vec<usize> = (0..passes.len()).collect();
-            let scored = self.score_passes(prefix, passes, stems, &all, &mut extended, cancel)?;
+            let scored = self.score_passes(bases, passes, stems, &all, &mut extended, cancel)?;
             let used = passes.iter().map(|p| p.tokens.len()).sum::<usize>() + extended.tokens;
-            return Ok((self.fold(passes, &all, &scored, questions)?, used));
+            return Ok((
+                self.fold(passes, bases.heads, &all, &scored, questions)?,
+                used,
+            ));
         };
         // The rotation index of each pass within its question, in planning order.
         let mut seen = vec![0usize; questions];
@@ -594,7 +676,7 @@ impl<B: Backend> DecoderEngine<B> {
                 break;
             }
             scored.extend(self.score_passes(
-                prefix,
+                bases,
                 passes,
                 stems,
                 &batch,
@@ -603,7 +685,7 @@ impl<B: Backend> DecoderEngine<B> {
             )?);
             read.extend(batch);
             if round + 1 < rounds {
-                let partial = self.fold(passes, &read, &scored, questions)?;
+                let partial = self.fold(passes, bases.heads, &read, &scored, questions)?;
                 for (slot, combined) in partial.iter().enumerate() {
                     done[slot] = done[slot] || stop.decided(combined) || seen[slot] <= round + 1;
                 }
@@ -622,7 +704,7 @@ impl<B: Backend> DecoderEngine<B> {
         let scored_sorted: Vec<BranchLogits> = order.iter().map(|&i| scored[i].clone()).collect();
         let used = read.iter().map(|&i| passes[i].tokens.len()).sum::<usize>() + extended.tokens;
         Ok((
-            self.fold(passes, &read_sorted, &scored_sorted, questions)?,
+            self.fold(passes, bases.heads, &read_sorted, &scored_sorted, questions)?,
             used,
         ))
     }
@@ -633,23 +715,27 @@ impl<B: Backend> DecoderEngine<B> {
     /// adaptive, since those come in rounds).
     fn score_passes(
         &self,
-        prefix: &B::Prefix,
+        bases: &mut Bases<'_, B::Prefix>,
         passes: &[Pass],
         stems: &[Vec<u32>],
         which: &[usize],
         extended: &mut Stems<B::Prefix>,
         cancel: &Cancel,
     ) -> Result<Vec<BranchLogits>, EngineError> {
-        let mut groups: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
+        // Passes over one prefix (and stem) are scored in one call.
+        type Group = ((Base, Option<usize>), Vec<usize>);
+        let mut groups: Vec<Group> = Vec::new();
         for &index in which {
-            let stem = passes[index].stem;
-            match groups.iter_mut().find(|(s, _)| *s == stem) {
+            let key = (passes[index].base, passes[index].stem);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, members)) => members.push(index),
-                None => groups.push((stem, vec![index])),
+                None => groups.push((key, vec![index])),
             }
         }
         let mut out: Vec<Option<BranchLogits>> = vec![None; passes.len()];
-        for (stem, members) in groups {
+        for ((base, stem), members) in groups {
+            let prefix = self.base_prefix(bases, base, cancel)?;
+            let prefix = prefix.as_ref();
             let branches: Vec<Branch<'_>> = members
                 .iter()
                 .map(|&i| Branch {
@@ -720,6 +806,38 @@ impl<B: Backend> DecoderEngine<B> {
             .collect()
     }
 
+    /// The encoded prefix `base` names: the state's, or a question-first head from the prefix
+    /// cache (encoded and kept on a miss).
+    fn base_prefix(
+        &self,
+        bases: &mut Bases<'_, B::Prefix>,
+        base: Base,
+        cancel: &Cancel,
+    ) -> Result<Arc<B::Prefix>, EngineError> {
+        match base {
+            Base::State => bases.state.clone().ok_or_else(|| {
+                EngineError::Backend(BackendError::Forward {
+                    source: "a state-first pass was planned without the state's prefix".into(),
+                })
+            }),
+            Base::Head(head) => {
+                if let Some(found) = bases.encoded.get(&head) {
+                    return Ok(Arc::clone(found));
+                }
+                cancel.check()?;
+                let tokens = &bases.heads[head];
+                let (prefix, _cached) = self.prefixes.get_or_encode(
+                    tokens,
+                    || self.backend.encode_prefix(tokens),
+                    |p| self.backend.prefix_bytes(p),
+                )?;
+                bases.head_tokens += tokens.len();
+                bases.encoded.insert(head, Arc::clone(&prefix));
+                Ok(prefix)
+            }
+        }
+    }
+
     /// A question's stem and each rotation's branch after it, when stems are on, the question
     /// has two or more rotations, the backend can extend a prefix, and the stem tokenizes the
     /// same apart as inside every rotation's branch (else `None`: whole branches).
@@ -762,6 +880,7 @@ impl<B: Backend> DecoderEngine<B> {
     fn fold(
         &self,
         passes: &[Pass],
+        heads: &[Vec<u32>],
         which: &[usize],
         scored: &[BranchLogits],
         questions: usize,
@@ -793,6 +912,9 @@ impl<B: Backend> DecoderEngine<B> {
             }
             slot.candidate_mass.push(logits.candidate_mass());
             slot.branch_tokens.push(pass.tokens.len());
+            if let Base::Head(head) = pass.base {
+                slot.head_tokens.push(heads[head].len());
+            }
             slot.rotations.push(RotationTrace {
                 order: pass.keys.clone(),
                 log_probabilities: lp,
@@ -859,6 +981,11 @@ fn check_branch(question: &ValidQuestion, tokens: usize, limit: usize) -> Result
     Ok(())
 }
 
+/// `tokens` when `counted`, else 0.
+fn total_if(counted: bool, tokens: usize) -> usize {
+    if counted { tokens } else { 0 }
+}
+
 fn log_probs(logits: &[f32]) -> Result<Vec<f64>, EngineError> {
     let wide: Vec<f64> = logits.iter().map(|&l| f64::from(l)).collect();
     Ok(log_softmax(&wide)?)
@@ -890,6 +1017,9 @@ struct Plan {
     wide: Vec<(usize, Vec<ShownOption>, usize)>,
     /// Question stems encoded once as extensions of the prefix.
     stems: Vec<Vec<u32>>,
+    /// The heads of questions asked question-first, one per rotation: each a whole prefix
+    /// (system turn, question and options).
+    heads: Vec<Vec<u32>>,
 }
 
 impl<B: Backend> Engine for DecoderEngine<B> {
@@ -960,6 +1090,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
             passes: Vec::new(),
             wide: Vec::new(),
             stems: Vec::new(),
+            heads: Vec::new(),
         };
         let mut stage_two_bounds: Vec<(usize, usize)> = Vec::new();
         for (index, question) in questions.iter().enumerate() {
@@ -990,6 +1121,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                                 keys: rendered.keys.clone(),
                                 tokens: self.encode_branch(&rendered, &split.tail)?,
                                 stem: None,
+                                base: Base::State,
                             });
                         }
                     }
@@ -1009,6 +1141,22 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                 }
                 kind => {
                     let rotations = self.rotations(kind);
+                    if self.asks_question_first(&rotations, &state) {
+                        for rendered in &rotations {
+                            let (head, branch) = rendered.question_first(&state);
+                            let head =
+                                split_prompt(&self.backend, &self.options.system_prompt, &head)?;
+                            plan.passes.push(Pass {
+                                question: index,
+                                keys: rendered.keys.clone(),
+                                tokens: self.backend.encode(&format!("{branch}{}", head.tail))?,
+                                stem: None,
+                                base: Base::Head(plan.heads.len()),
+                            });
+                            plan.heads.push(self.backend.encode(&head.prefix)?);
+                        }
+                        continue;
+                    }
                     match self.split_stem(&rotations, &split.tail)? {
                         Some(StemSplit { stem, rests }) => {
                             let at = plan.stems.len();
@@ -1019,6 +1167,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                                     keys: rendered.keys.clone(),
                                     tokens,
                                     stem: Some(at),
+                                    base: Base::State,
                                 });
                             }
                         }
@@ -1029,6 +1178,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                                     keys: rendered.keys.clone(),
                                     tokens: self.encode_branch(rendered, &split.tail)?,
                                     stem: None,
+                                    base: Base::State,
                                 });
                             }
                         }
@@ -1036,15 +1186,17 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                 }
             }
         }
-        let mut total = prefix_tokens.len();
-        let stem_len = |pass: &Pass| pass.stem.map_or(0, |s| plan.stems[s].len());
+        // The state's prefix is encoded only when some pass continues it.
+        let needs_state =
+            !plan.wide.is_empty() || plan.passes.iter().any(|p| p.base == Base::State);
+        let mut total = if needs_state { prefix_tokens.len() } else { 0 };
+        let before_branch = |pass: &Pass| match pass.base {
+            Base::State => prefix_tokens.len() + pass.stem.map_or(0, |s| plan.stems[s].len()),
+            Base::Head(head) => plan.heads[head].len(),
+        };
         for pass in &plan.passes {
             let question = question_of(questions, pass.question, &plan);
-            check_branch(
-                question,
-                prefix_tokens.len() + stem_len(pass) + pass.tokens.len(),
-                limit,
-            )?;
+            check_branch(question, before_branch(pass) + pass.tokens.len(), limit)?;
         }
         for (index, question) in questions.iter().enumerate() {
             let own = |p: &&Pass| question_of(questions, p.question, &plan).id() == question.id();
@@ -1061,6 +1213,16 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                 .filter(own)
                 .find_map(|p| p.stem)
                 .map_or(0, |s| plan.stems[s].len());
+            // A question-first head is encoded (or found in the cache) once per rotation.
+            total += plan
+                .passes
+                .iter()
+                .filter(own)
+                .filter_map(|p| match p.base {
+                    Base::Head(head) => Some(plan.heads[head].len()),
+                    Base::State => None,
+                })
+                .sum::<usize>();
             total += stage_two_bounds
                 .iter()
                 .filter(|(i, _)| *i == index)
@@ -1080,17 +1242,28 @@ impl<B: Backend> Engine for DecoderEngine<B> {
 
         // Stage one: every plain question, and each wide Choice's options one by one.
         cancel.check()?;
-        let (prefix, cached) = self.prefixes.get_or_encode(
-            &prefix_tokens,
-            || self.backend.encode_prefix(&prefix_tokens),
-            |p| self.backend.prefix_bytes(p),
-        )?;
-        // Usage counts the prefix whether or not it came from the cache, so a response does
-        // not depend on what other requests ran before it.
+        let (state_prefix, cached) = if needs_state {
+            let (prefix, cached) = self.prefixes.get_or_encode(
+                &prefix_tokens,
+                || self.backend.encode_prefix(&prefix_tokens),
+                |p| self.backend.prefix_bytes(p),
+            )?;
+            (Some(prefix), Some(cached))
+        } else {
+            (None, None)
+        };
+        let mut bases = Bases {
+            state: state_prefix,
+            heads: &plan.heads,
+            encoded: HashMap::new(),
+            head_tokens: 0,
+        };
+        // Usage counts every prefix whether or not it came from the cache, so a response
+        // does not depend on what other requests ran before it.
         let slots = questions.len() + plan.passes.len();
         let (mut combined, branch_tokens) =
-            self.score(&prefix, &plan.passes, &plan.stems, slots, cancel)?;
-        let mut used = prefix_tokens.len() + branch_tokens;
+            self.score(&mut bases, &plan.passes, &plan.stems, slots, cancel)?;
+        let mut used = total_if(needs_state, prefix_tokens.len()) + branch_tokens;
 
         // Stage two: the strongest options of each wide Choice as one Choice.
         let mut stage_one_trace: HashMap<usize, Vec<StageOneScore>> = HashMap::new();
@@ -1147,12 +1320,13 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                         keys: rendered.keys.clone(),
                         tokens,
                         stem: None,
+                        base: Base::State,
                     });
                 }
                 finalists.insert(*index, kept);
             }
             let (mut second, branch_tokens) =
-                self.score(&prefix, &passes, &[], questions.len(), cancel)?;
+                self.score(&mut bases, &passes, &[], questions.len(), cancel)?;
             used += branch_tokens;
             for (index, shown, _) in &plan.wide {
                 let mut result = std::mem::take(&mut second[*index]);
@@ -1170,6 +1344,8 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                 combined[*index] = result;
             }
         }
+
+        used += bases.head_tokens;
 
         let mut answers = IndexMap::with_capacity(questions.len());
         let mut traces = IndexMap::new();
@@ -1190,7 +1366,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
             engine: EngineKind::Decoder,
             questions: traces,
             prefix_tokens: prefix_tokens.len(),
-            prefix_cached: Some(cached),
+            prefix_cached: cached,
         });
         Ok(SystemOneResponse {
             model: self.info.model.clone(),

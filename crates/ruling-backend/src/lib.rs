@@ -34,7 +34,8 @@ pub use cancel::{Cancel, CancelOnDrop, Stopped};
 pub use codes::{AnswerCodes, DEFAULT_CODES, MAX_CODES, two_letter_codes};
 pub use contract::{ContractReport, verify_backend, verify_backend_widened};
 pub use decision::{
-    AdaptiveRotations, DEFAULT_PREFIX_CACHE_BYTES, DecoderEngine, EngineOptions, QuestionPrompt,
+    AdaptiveRotations, DEFAULT_PREFIX_CACHE_BYTES, DecoderEngine, EngineOptions, Layout,
+    QUESTION_FIRST_MIN_BYTES, QUESTION_FIRST_RATIO, QuestionPrompt,
 };
 pub use engine::{Engine, EngineError, EngineInfo};
 pub use error::{BackendError, BoxError, ContractError};

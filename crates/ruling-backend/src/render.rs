@@ -34,6 +34,24 @@ pub struct RenderedQuestion {
     /// Bytes of `text` before the first option's code: the *stem* (the instructions and any
     /// preamble, ending with a newline), the same in every rotation of the question.
     pub stem_len: usize,
+    /// Bytes of `text` through the last option's line (the stem and every option, without
+    /// the closing instruction).
+    pub options_len: usize,
+}
+
+/// The line that closes every question: what the model is asked to write.
+pub const ANSWER_LINE: &str = "Answer with the letter of one option.";
+
+impl RenderedQuestion {
+    /// The question asked *question-first*: its stem and options as the user turn's head
+    /// (ending with a newline, the seam `prompt::user_head` keeps), and what follows them, the
+    /// state and the closing instruction, as the branch. A question asked about many states
+    /// then shares its encoded head across requests.
+    pub fn question_first(&self, state_text: &str) -> (String, String) {
+        let head = format!("{}\n", &self.text[..self.options_len]);
+        let branch = format!("State: {}\n{ANSWER_LINE}", state_text.trim());
+        (head, branch)
+    }
 }
 
 /// Lay out `options` (in canonical order) as a question rotated by `shift` positions, or
@@ -67,11 +85,14 @@ pub fn render(
         text.push_str(". ");
         text.push_str(&options[index].line);
     }
-    text.push_str("\nAnswer with the letter of one option.");
+    let options_len = text.len();
+    text.push('\n');
+    text.push_str(ANSWER_LINE);
     RenderedQuestion {
         text,
         keys: order.iter().map(|&i| options[i].key.clone()).collect(),
         stem_len,
+        options_len,
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ruling_backend::{
     Backend, BackendError, BackendInfo, Branch, BranchLogits, Cancel, ChatMessage, DecoderEngine,
-    Engine, EngineError, EngineOptions, Stopped,
+    Engine, EngineError, EngineOptions, Layout, Stopped,
 };
 use ruling_schema::{
     Answer, Capabilities, EngineKind, SystemOneResponse, ValidRequest, parse_request,
@@ -105,7 +105,8 @@ impl Scripted {
 }
 
 impl Backend for Scripted {
-    type Prefix = usize;
+    /// The prefix's tokens: the formula reads options wherever they are shown.
+    type Prefix = Vec<u32>;
 
     fn info(&self) -> &BackendInfo {
         &self.info
@@ -139,23 +140,23 @@ impl Backend for Scripted {
         Ok(ids)
     }
 
-    fn encode_prefix(&self, tokens: &[u32]) -> Result<usize, BackendError> {
+    fn encode_prefix(&self, tokens: &[u32]) -> Result<Vec<u32>, BackendError> {
         self.forward_passes.fetch_add(1, Ordering::SeqCst);
         self.prefills.fetch_add(1, Ordering::SeqCst);
-        Ok(tokens.len())
+        Ok(tokens.to_vec())
     }
 
-    fn prefix_len(&self, prefix: &usize) -> usize {
-        *prefix
+    fn prefix_len(&self, prefix: &Vec<u32>) -> usize {
+        prefix.len()
     }
 
-    fn prefix_bytes(&self, prefix: &usize) -> usize {
-        *prefix * 4
+    fn prefix_bytes(&self, prefix: &Vec<u32>) -> usize {
+        prefix.len() * 4
     }
 
     fn score_branches(
         &self,
-        _prefix: &usize,
+        prefix: &Vec<u32>,
         branches: &[Branch<'_>],
     ) -> Result<Vec<BranchLogits>, BackendError> {
         let passes = self.forward_passes.fetch_add(1, Ordering::SeqCst) + 1;
@@ -167,7 +168,7 @@ impl Backend for Scripted {
         Ok(branches
             .iter()
             .map(|branch| {
-                let text = self.decode(branch.tokens);
+                let text = self.decode(&[prefix.as_slice(), branch.tokens].concat());
                 let logits: Vec<f32> = branch
                     .codes
                     .iter()
@@ -758,4 +759,86 @@ fn a_question_prompt_shows_the_options_in_the_order_asked_and_refuses_others() {
             assert!(err.contains("not shuffled"), "{err}");
         }
     }
+}
+
+/// The wide choice of forty described intents about `state`, traced.
+fn wide_about(state: &str) -> ValidRequest {
+    let mut body = serde_json::to_value(wide_choice(&intent_keys()).to_wire()).unwrap();
+    body["state"] = json!(state);
+    body["trace"] = json!(true);
+    request(body)
+}
+
+fn with_layout(layout: Layout) -> DecoderEngine<Scripted> {
+    let options = EngineOptions {
+        rotations: 2,
+        layout,
+        ..EngineOptions::default()
+    };
+    let backend = Scripted::new(vec![0.3, -0.1, 0.2], true).with_pairs(some_pairs);
+    DecoderEngine::new(backend, options, None).unwrap()
+}
+
+#[test]
+fn a_long_question_about_short_states_is_asked_question_first_and_its_head_reused() {
+    let engine = with_layout(Layout::Auto);
+    let prefills = || engine.backend().prefills.load(Ordering::SeqCst);
+    let at_load = prefills();
+
+    let first = engine.evaluate(&wide_about("hello")).unwrap();
+    let trace = first.evaluation_trace.as_ref().unwrap();
+    let question = &trace.questions["intent"];
+    // One head per rotation, and the state never encoded as a prefix of its own.
+    assert_eq!(question.question_prefix_tokens.len(), 2);
+    assert!(question.question_prefix_tokens.iter().all(|&t| t > 0));
+    assert_eq!(trace.prefix_cached, None);
+    assert_eq!(prefills() - at_load, 2);
+
+    // Another state, the same question: both heads come from the cache.
+    let second = engine.evaluate(&wide_about("howdy")).unwrap();
+    assert_eq!(prefills() - at_load, 2, "no head is encoded twice");
+    let stats = engine.prefix_cache_stats().unwrap();
+    assert_eq!((stats.hits, stats.misses), (2, 2));
+    // Usage counts the heads either way, so it depends on the request alone.
+    assert_eq!(first.usage, second.usage);
+    let heads: usize = question.question_prefix_tokens.iter().sum();
+    let branches: usize = question.branch_tokens.iter().sum();
+    assert_eq!(first.usage.input_tokens as usize, heads + branches);
+
+    // The formula reads each option's line wherever it is shown: the same answers as
+    // state-first, bit for bit.
+    let state_first = with_layout(Layout::StateFirst)
+        .evaluate(&wide_about("hello"))
+        .unwrap();
+    assert!(
+        state_first.evaluation_trace.as_ref().unwrap().questions["intent"]
+            .question_prefix_tokens
+            .is_empty()
+    );
+    assert_eq!(first.answers, state_first.answers);
+}
+
+#[test]
+fn short_questions_stay_state_first_unless_asked_otherwise() {
+    let mixed = traced(mixed_body());
+    let auto = with_layout(Layout::Auto).evaluate(&mixed).unwrap();
+    let forced = with_layout(Layout::QuestionFirst).evaluate(&mixed).unwrap();
+    for (id, question) in &auto.evaluation_trace.as_ref().unwrap().questions {
+        assert!(question.question_prefix_tokens.is_empty(), "{id}");
+    }
+    for (id, question) in &forced.evaluation_trace.as_ref().unwrap().questions {
+        assert_eq!(
+            question.question_prefix_tokens.len(),
+            question.rotations.len(),
+            "{id}"
+        );
+    }
+    assert_eq!(auto.answers, forced.answers);
+    // A question's layout depends on itself and the state only: asked alone, the same.
+    let alone = request(json!({
+        "model": "m", "state": {"ticket": 7, "text": "charged twice"},
+        "questions": {"urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high", "critical"]}}
+    }));
+    let alone = with_layout(Layout::QuestionFirst).evaluate(&alone).unwrap();
+    assert_eq!(alone.answers["urgency"], forced.answers["urgency"]);
 }

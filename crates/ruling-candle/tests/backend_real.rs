@@ -38,6 +38,11 @@ fn smollm2_meets_the_backend_contract() {
     let report = verify_backend(&backend, &DEFAULT_CODES[..8]).unwrap();
     assert_eq!(report.codes.ids(), [49, 50, 51, 52, 53, 54, 55, 56]);
     assert!(report.probe_candidate_mass > 0.0 && report.probe_candidate_mass <= 1.0);
+    assert_eq!(
+        report.question_first,
+        Ok(()),
+        "the question-first seam holds"
+    );
 }
 
 /// How many of the 676 two-letter codes a tokenizer proves one token where the answer is

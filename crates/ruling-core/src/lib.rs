@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 
 pub use adapter::{ADAPTER_CALIBRATION_FILE, AdapterCalibration, AdapterChoice, AdapterInfo};
 pub use ruling_backend::{
-    AdaptiveRotations, Cancel, CancelOnDrop, ChatMessage, Finish, Role, Sampling, Stopped,
+    AdaptiveRotations, Cancel, CancelOnDrop, ChatMessage, Finish, Layout, Role, Sampling, Stopped,
 };
 use ruling_backend::{
     BackendError, DecoderEngine, Engine, EngineError, EngineInfo, EngineOptions, Generator,
@@ -158,6 +158,10 @@ pub struct Options {
     /// Most options a decoder shows in one pass (default and most: 255, as far as the
     /// tokenizer proves answer codes); a wider Choice is asked in two stages.
     pub max_options_per_pass: usize,
+    /// Where a decoder puts a question relative to the state: [`Layout::Auto`] asks a long
+    /// question about a short state question-first, so its head is encoded once across
+    /// requests.
+    pub layout: Layout,
 }
 
 impl Default for Options {
@@ -179,6 +183,7 @@ impl Default for Options {
             adaptive: None,
             shared_stems: true,
             max_options_per_pass: EngineOptions::default().max_options_per_pass,
+            layout: Layout::default(),
         }
     }
 }
@@ -492,6 +497,7 @@ fn engine_options(
         adaptive: options.adaptive,
         shared_stems: options.shared_stems,
         max_options_per_pass: options.max_options_per_pass,
+        layout: options.layout,
         ..EngineOptions::default()
     }
 }

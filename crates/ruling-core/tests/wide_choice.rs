@@ -115,3 +115,40 @@ fn limited_to_the_letters_it_takes_two_stages() {
         INTENTS - 8
     );
 }
+
+fn about(state: &str) -> SystemOneRequest {
+    let mut request = wide_request();
+    request.state = serde_json::from_value(json!(state)).expect("a state");
+    request
+}
+
+#[test]
+fn a_wide_question_about_short_states_is_asked_question_first_its_head_reused() {
+    for backend in backends() {
+        let ruling = load(backend, 1, None);
+        let evaluate = |state: &str| {
+            let response = ruling.evaluate(&about(state)).expect("answered");
+            let trace = response.evaluation_trace.clone().expect("traced");
+            (response, trace)
+        };
+        let (first, trace) = evaluate("Move 50 pounds to savings.");
+        let question = &trace.questions["intent"];
+        assert_eq!(question.question_prefix_tokens.len(), 1, "{backend}");
+        assert_eq!(
+            trace.prefix_cached, None,
+            "{backend}: the state is in the branch"
+        );
+        let hits = ruling.prefix_cache_stats().expect("a prefix cache").hits;
+        evaluate("What is my balance?");
+        let (again, _) = evaluate("Move 50 pounds to savings.");
+        assert_eq!(
+            ruling.prefix_cache_stats().expect("a prefix cache").hits,
+            hits + 2,
+            "{backend}: the head came from the cache for both later requests"
+        );
+        assert_eq!(
+            first.answers, again.answers,
+            "{backend}: a cached head answers bit for bit as a fresh one"
+        );
+    }
+}

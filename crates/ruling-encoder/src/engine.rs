@@ -276,6 +276,7 @@ impl Engine for EncoderEngine {
                         temperature,
                         candidate_mass: Vec::new(),
                         branch_tokens: vec![result.tokens],
+                        question_prefix_tokens: Vec::new(),
                         stage_one: None,
                     },
                 );

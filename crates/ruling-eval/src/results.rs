@@ -58,6 +58,10 @@ pub struct RunManifest {
     /// The most options the engine showed in one pass, when the run set it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_options_per_pass: Option<u64>,
+    /// The layout the run fixed, when it fixed one (`auto`, `state-first`,
+    /// `question-first`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
 }
 
 /// The calibration a run's engine applied.
@@ -77,7 +81,7 @@ impl RunManifest {
         if let Some((field, a, b)) = self.provenance.first_difference(&other.provenance) {
             return Some((field.as_str(), a, b));
         }
-        let fields: [(&'static str, String, String); 7] = [
+        let fields: [(&'static str, String, String); 8] = [
             ("mode", show(&self.mode), show(&other.mode)),
             ("model", show(&self.model), show(&other.model)),
             ("split", show(&self.split), show(&other.split)),
@@ -88,6 +92,7 @@ impl RunManifest {
                 show(&self.max_options_per_pass),
                 show(&other.max_options_per_pass),
             ),
+            ("layout", show(&self.layout), show(&other.layout)),
             (
                 "calibration",
                 show(&self.calibration.as_ref().map(|c| c.temperatures)),

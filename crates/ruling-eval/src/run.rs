@@ -93,6 +93,11 @@ pub struct RunArgs {
     /// past the single letters in two stages, as engines before wide codes did.
     #[arg(long, conflicts_with = "url", value_parser = clap::value_parser!(u64).range(2..=255))]
     max_options_per_pass: Option<u64>,
+    /// In-process: where a decoder puts each question relative to the state: auto (a long
+    /// question about a short state goes first, its head reused across records),
+    /// state-first, or question-first.
+    #[arg(long, conflicts_with = "url", value_parser = parse_layout)]
+    layout: Option<ruling_core::Layout>,
     /// A calibration file for this model and these settings; the engine applies it. With
     /// --url, the one the server was started with (checked against its traces).
     #[arg(long, env = "RULING_CALIBRATION")]
@@ -184,6 +189,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         datasets: Vec::new(),
         adaptive_margin: args.adaptive_margin,
         max_options_per_pass: args.max_options_per_pass,
+        layout: args.layout.map(layout_name),
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -271,6 +277,7 @@ fn connect(args: &RunArgs) -> anyhow::Result<(Client, String, Provenance, &'stat
         max_options_per_pass: args
             .max_options_per_pass
             .map_or(Options::default().max_options_per_pass, |n| n as usize),
+        layout: args.layout.unwrap_or_default(),
         ..Options::default()
     };
     let ruling = Ruling::load(spec, &options).with_context(|| format!("loading model {spec}"))?;
@@ -536,6 +543,28 @@ fn evaluate_record(job: &Job<'_>, record: &Record) -> anyhow::Result<ResultLine>
     Ok(line)
 }
 
+fn parse_layout(given: &str) -> Result<ruling_core::Layout, String> {
+    use ruling_core::Layout;
+    match given {
+        "auto" => Ok(Layout::Auto),
+        "state-first" => Ok(Layout::StateFirst),
+        "question-first" => Ok(Layout::QuestionFirst),
+        _ => Err(format!(
+            "unknown layout {given:?}; expected auto, state-first or question-first"
+        )),
+    }
+}
+
+fn layout_name(layout: ruling_core::Layout) -> String {
+    use ruling_core::Layout;
+    match layout {
+        Layout::Auto => "auto",
+        Layout::StateFirst => "state-first",
+        Layout::QuestionFirst => "question-first",
+    }
+    .to_owned()
+}
+
 fn millis(elapsed: Duration) -> f64 {
     elapsed.as_secs_f64() * 1e3
 }
@@ -776,6 +805,7 @@ mod tests {
             temperature: 1.0,
             candidate_mass: Vec::new(),
             branch_tokens: Vec::new(),
+            question_prefix_tokens: Vec::new(),
             stage_one: None,
         };
         let back = reversed_dists(&original, reversed, &trace).unwrap();

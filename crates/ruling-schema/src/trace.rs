@@ -57,6 +57,10 @@ pub struct QuestionTrace {
     /// Per rotation, the tokens of its branch (decoder only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub branch_tokens: Vec<usize>,
+    /// Per rotation, the tokens of the question's own prefix when it was asked question-first
+    /// (its text and options encoded as the prefix, the state in the branch; decoder only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub question_prefix_tokens: Vec<usize>,
     /// For a choice asked in two stages (more options than one pass shows): every option's
     /// stage-one strength, strongest first. The rotations are then those of the final pass,
     /// which shows only the strongest few.
@@ -112,6 +116,7 @@ mod tests {
                     temperature: 1.5,
                     candidate_mass: vec![0.75],
                     branch_tokens: vec![12],
+                    question_prefix_tokens: Vec::new(),
                     stage_one: Some(vec![
                         StageOneScore {
                             key: "b".into(),
@@ -183,6 +188,7 @@ mod tests {
                     temperature: 1.0,
                     candidate_mass: Vec::new(),
                     branch_tokens: Vec::new(),
+                    question_prefix_tokens: Vec::new(),
                     stage_one: None,
                 },
             )]
