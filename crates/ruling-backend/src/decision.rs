@@ -34,7 +34,7 @@ use crate::contract::verify_backend_widened;
 use crate::engine::{Engine, EngineError, EngineInfo};
 use crate::error::BackendError;
 use crate::prefix_cache::{PrefixCache, PrefixCacheStats};
-use crate::prompt::{split_prompt, user_head};
+use crate::prompt::{PromptSplit, split_prompt, user_head};
 use crate::render::{
     CONTENT_FREE, RenderedQuestion, SYSTEM_PROMPT, ShownOption, choice_options, noul_options,
     noul_preamble, render, score_options,
@@ -509,9 +509,7 @@ impl<B: Backend> DecoderEngine<B> {
         &self,
         instructions: &str,
         options: &[ChoiceOption],
-        prefix_tokens: usize,
-        tail: &str,
-        limit: usize,
+        framed: &Framed,
     ) -> Result<bool, EngineError> {
         let n = options.len();
         if n > self.options.max_options_per_pass {
@@ -521,7 +519,8 @@ impl<B: Backend> DecoderEngine<B> {
             return Ok(false);
         }
         for rendered in self.choice_rotations(instructions, &choice_options(options)) {
-            if prefix_tokens + self.encode_branch(&rendered, tail)?.len() > limit {
+            let branch = self.encode_branch(&rendered, &framed.split.tail)?;
+            if framed.prefix_tokens.len() + branch.len() > framed.limit {
                 return Ok(true);
             }
         }
@@ -953,21 +952,6 @@ impl<P> Default for Stems<P> {
     }
 }
 
-/// The request question a pass belongs to: its own slot, or for a stage-one slot the wide
-/// Choice whose option it asks about.
-fn question_of<'a>(questions: &'a [ValidQuestion], slot: usize, plan: &Plan) -> &'a ValidQuestion {
-    if slot < questions.len() {
-        return &questions[slot];
-    }
-    let offset = slot - questions.len();
-    let index = plan
-        .wide
-        .iter()
-        .find(|(_, shown, first)| (*first..*first + shown.len()).contains(&offset))
-        .map_or(0, |(index, _, _)| *index);
-    &questions[index]
-}
-
 fn check_branch(question: &ValidQuestion, tokens: usize, limit: usize) -> Result<(), EngineError> {
     if tokens > limit {
         return Err(EngineError::InputTooLong {
@@ -979,11 +963,6 @@ fn check_branch(question: &ValidQuestion, tokens: usize, limit: usize) -> Result
         });
     }
     Ok(())
-}
-
-/// `tokens` when `counted`, else 0.
-fn total_if(counted: bool, tokens: usize) -> usize {
-    if counted { tokens } else { 0 }
 }
 
 fn log_probs(logits: &[f32]) -> Result<Vec<f64>, EngineError> {
@@ -1009,17 +988,431 @@ fn answer_type(kind: &QuestionKind) -> AnswerType {
     }
 }
 
-/// A request's plan: its passes for stage one, and the wide Choices that need a second.
+/// A request's state as the engine reads it: the prompt cut after it, the prefix's tokens,
+/// and the context every branch must fit.
+struct Framed {
+    state: String,
+    split: PromptSplit,
+    prefix_tokens: Vec<u32>,
+    limit: usize,
+}
+
+/// A Choice asked in two stages: each option alone as a yes/no, then the strongest few.
+struct WideChoice {
+    /// Its index among the request's questions.
+    question: usize,
+    /// Its options as shown, in canonical order.
+    options: Vec<ShownOption>,
+    /// The slot of its first option's stage-one question; slots past the request's own
+    /// questions belong to stage-one questions, one per option.
+    first_slot: usize,
+    /// The most tokens its final pass can take (every rotation of its longest candidates).
+    final_bound: usize,
+}
+
+/// Everything about a request decided before its first forward pass.
 struct Plan {
+    /// Stage one: every plain question's rotations, and each wide Choice's per-option
+    /// questions.
     passes: Vec<Pass>,
-    /// For each wide Choice: its question index, its options, and the pass index range of
-    /// its stage-one passes (question ids there are offset past the real questions).
-    wide: Vec<(usize, Vec<ShownOption>, usize)>,
-    /// Question stems encoded once as extensions of the prefix.
+    wide: Vec<WideChoice>,
+    /// Question stems encoded once as extensions of the state's prefix.
     stems: Vec<Vec<u32>>,
     /// The heads of questions asked question-first, one per rotation: each a whole prefix
     /// (system turn, question and options).
     heads: Vec<Vec<u32>>,
+}
+
+impl Plan {
+    /// Whether any pass continues the state's prefix (otherwise it is never encoded).
+    fn needs_state(&self) -> bool {
+        !self.wide.is_empty() || self.passes.iter().any(|p| p.base == Base::State)
+    }
+
+    /// The request question a pass's slot belongs to: its own, or for a stage-one slot the
+    /// wide Choice whose option it asks about.
+    fn question_of<'a>(&self, questions: &'a [ValidQuestion], slot: usize) -> &'a ValidQuestion {
+        let index = self
+            .wide
+            .iter()
+            .find(|w| (w.first_slot..w.first_slot + w.options.len()).contains(&slot))
+            .map_or(slot, |w| w.question);
+        &questions[index]
+    }
+}
+
+impl<B: Backend> DecoderEngine<B> {
+    /// Render the state, cut the prompt after it and encode the prefix; refuse a state that
+    /// cannot fit the context.
+    fn frame(&self, state: &ValidState) -> Result<Framed, EngineError> {
+        let state = state.render();
+        let limit = self.info.max_context;
+        // Tokenizing megabytes takes seconds; a state that cannot fit whatever its tokens is
+        // refused from its length alone.
+        let per_token = self.backend.info().max_token_bytes;
+        if per_token > 0 && state.len() / per_token > limit {
+            return Err(EngineError::InputTooLong {
+                question: None,
+                message: format!(
+                    "the state is {} bytes, at least {} tokens for this model, over the maximum context length of {limit} tokens for one branch",
+                    state.len(),
+                    state.len() / per_token
+                ),
+            });
+        }
+        let split = split_prompt(
+            &self.backend,
+            &self.options.system_prompt,
+            &user_head(&state),
+        )?;
+        let prefix_tokens = self.backend.encode(&split.prefix)?;
+        if prefix_tokens.len() >= limit {
+            return Err(EngineError::InputTooLong {
+                question: None,
+                message: format!(
+                    "the state makes a prompt of {} tokens, over the maximum context length of {limit} tokens for one branch",
+                    prefix_tokens.len()
+                ),
+            });
+        }
+        Ok(Framed {
+            state,
+            split,
+            prefix_tokens,
+            limit,
+        })
+    }
+
+    /// Every stage-one pass of the request, and a bound on every stage-two pass.
+    fn plan(&self, questions: &[ValidQuestion], framed: &Framed) -> Result<Plan, EngineError> {
+        let mut plan = Plan {
+            passes: Vec::new(),
+            wide: Vec::new(),
+            stems: Vec::new(),
+            heads: Vec::new(),
+        };
+        for (index, question) in questions.iter().enumerate() {
+            let kind = question.kind();
+            if let QuestionKind::Choice {
+                instructions,
+                options,
+            } = kind
+            {
+                let instructions = instructions.render();
+                if self.needs_two_stages(&instructions, options, framed)? {
+                    self.plan_two_stages(
+                        &mut plan,
+                        questions,
+                        index,
+                        &instructions,
+                        options,
+                        framed,
+                    )?;
+                    continue;
+                }
+            }
+            let rotations = self.rotations(kind);
+            if self.asks_question_first(&rotations, &framed.state) {
+                self.plan_question_first(&mut plan, index, &rotations, &framed.state)?;
+            } else {
+                self.plan_state_first(&mut plan, index, &rotations, &framed.split.tail)?;
+            }
+        }
+        Ok(plan)
+    }
+
+    /// A wide Choice's stage one: every option on its own, each in its own slot.
+    fn plan_two_stages(
+        &self,
+        plan: &mut Plan,
+        questions: &[ValidQuestion],
+        index: usize,
+        instructions: &str,
+        options: &[ChoiceOption],
+        framed: &Framed,
+    ) -> Result<(), EngineError> {
+        let shown = choice_options(options);
+        let first_slot = questions.len() + plan.wide.iter().map(|w| w.options.len()).sum::<usize>();
+        for (offset, option) in shown.iter().enumerate() {
+            for rendered in self.stage_one(instructions, option) {
+                plan.passes.push(Pass {
+                    question: first_slot + offset,
+                    keys: rendered.keys.clone(),
+                    tokens: self.encode_branch(&rendered, &framed.split.tail)?,
+                    stem: None,
+                    base: Base::State,
+                });
+            }
+        }
+        // The final pass shows at most the longest candidates; bound it by them.
+        let mut longest = shown.clone();
+        longest.sort_by_key(|o| std::cmp::Reverse(o.line.len()));
+        longest.truncate(self.options.stage_two_candidates);
+        let bound = self
+            .choice_rotations(instructions, &longest)
+            .iter()
+            .map(|r| self.encode_branch(r, &framed.split.tail).map(|t| t.len()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let widest = bound.iter().copied().max().unwrap_or(0);
+        check_branch(
+            &questions[index],
+            framed.prefix_tokens.len() + widest,
+            framed.limit,
+        )?;
+        plan.wide.push(WideChoice {
+            question: index,
+            options: shown,
+            first_slot,
+            final_bound: bound.iter().sum(),
+        });
+        Ok(())
+    }
+
+    /// A question asked question-first: per rotation, its own head as the prefix and the
+    /// state as the branch.
+    fn plan_question_first(
+        &self,
+        plan: &mut Plan,
+        index: usize,
+        rotations: &[RenderedQuestion],
+        state: &str,
+    ) -> Result<(), EngineError> {
+        for rendered in rotations {
+            let (head, branch) = rendered.question_first(state);
+            let head = split_prompt(&self.backend, &self.options.system_prompt, &head)?;
+            plan.passes.push(Pass {
+                question: index,
+                keys: rendered.keys.clone(),
+                tokens: self.backend.encode(&format!("{branch}{}", head.tail))?,
+                stem: None,
+                base: Base::Head(plan.heads.len()),
+            });
+            plan.heads.push(self.backend.encode(&head.prefix)?);
+        }
+        Ok(())
+    }
+
+    /// A question asked state-first: each rotation a branch over the state, after the
+    /// question's stem when the stem can be shared.
+    fn plan_state_first(
+        &self,
+        plan: &mut Plan,
+        index: usize,
+        rotations: &[RenderedQuestion],
+        tail: &str,
+    ) -> Result<(), EngineError> {
+        if let Some(StemSplit { stem, rests }) = self.split_stem(rotations, tail)? {
+            let at = plan.stems.len();
+            plan.stems.push(stem);
+            for (rendered, tokens) in rotations.iter().zip(rests) {
+                plan.passes.push(Pass {
+                    question: index,
+                    keys: rendered.keys.clone(),
+                    tokens,
+                    stem: Some(at),
+                    base: Base::State,
+                });
+            }
+            return Ok(());
+        }
+        for rendered in rotations {
+            plan.passes.push(Pass {
+                question: index,
+                keys: rendered.keys.clone(),
+                tokens: self.encode_branch(rendered, tail)?,
+                stem: None,
+                base: Base::State,
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuse, before any forward pass, a branch longer than the context or a request over
+    /// its token budget, naming the question at fault. Returns the state's prefix tokens
+    /// the request will read (none when no pass continues the state).
+    fn check_budget(
+        &self,
+        questions: &[ValidQuestion],
+        plan: &Plan,
+        framed: &Framed,
+    ) -> Result<usize, EngineError> {
+        let prefix = framed.prefix_tokens.len();
+        let before_branch = |pass: &Pass| match pass.base {
+            Base::State => prefix + pass.stem.map_or(0, |s| plan.stems[s].len()),
+            Base::Head(head) => plan.heads[head].len(),
+        };
+        for pass in &plan.passes {
+            let question = plan.question_of(questions, pass.question);
+            check_branch(
+                question,
+                before_branch(pass) + pass.tokens.len(),
+                framed.limit,
+            )?;
+        }
+        let state_tokens = if plan.needs_state() { prefix } else { 0 };
+        let mut total = state_tokens;
+        for (index, question) in questions.iter().enumerate() {
+            let own: Vec<&Pass> = plan
+                .passes
+                .iter()
+                .filter(|p| plan.question_of(questions, p.question).id() == question.id())
+                .collect();
+            total += own.iter().map(|p| p.tokens.len()).sum::<usize>();
+            // A question's stem is encoded once, whatever its rotations.
+            total += own
+                .iter()
+                .find_map(|p| p.stem)
+                .map_or(0, |s| plan.stems[s].len());
+            // A question-first head is encoded (or found in the cache) once per rotation.
+            total += own
+                .iter()
+                .filter_map(|p| match p.base {
+                    Base::Head(head) => Some(plan.heads[head].len()),
+                    Base::State => None,
+                })
+                .sum::<usize>();
+            total += plan
+                .wide
+                .iter()
+                .filter(|w| w.question == index)
+                .map(|w| w.final_bound)
+                .sum::<usize>();
+            if total > self.options.max_request_tokens {
+                return Err(EngineError::InputTooLong {
+                    question: Some(question.id().to_owned()),
+                    message: format!(
+                        "question {:?} brings the request to {total} tokens, over the maximum context length of {} tokens for one request",
+                        question.id(),
+                        self.options.max_request_tokens
+                    ),
+                });
+            }
+        }
+        Ok(state_tokens)
+    }
+
+    /// Stage two: the strongest options of each wide Choice asked as one Choice, its result
+    /// put in the Choice's slot with every other option ruled out. Returns the stage-one
+    /// strengths for the trace and the tokens the final passes read.
+    fn stage_two(
+        &self,
+        questions: &[ValidQuestion],
+        plan: &Plan,
+        framed: &Framed,
+        combined: &mut [Combined],
+        bases: &mut Bases<'_, B::Prefix>,
+        cancel: &Cancel,
+    ) -> Result<(HashMap<usize, Vec<StageOneScore>>, usize), EngineError> {
+        let mut stage_one: HashMap<usize, Vec<StageOneScore>> = HashMap::new();
+        if plan.wide.is_empty() {
+            return Ok((stage_one, 0));
+        }
+        let mut passes = Vec::new();
+        for wide in &plan.wide {
+            let mut strength: Vec<(usize, f64)> = (0..wide.options.len())
+                .map(|offset| {
+                    let c = &combined[wide.first_slot + offset];
+                    let score_of =
+                        |key: &str| c.keys.iter().position(|k| k == key).map(|i| c.scores[i]);
+                    let yes = score_of("yes").unwrap_or(f64::NEG_INFINITY);
+                    let no = score_of("no").unwrap_or(0.0);
+                    (offset, yes - no)
+                })
+                .collect();
+            strength.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            let mut keep: Vec<usize> = strength
+                .iter()
+                .take(self.options.stage_two_candidates)
+                .map(|(o, _)| *o)
+                .collect();
+            keep.sort_unstable();
+            stage_one.insert(
+                wide.question,
+                strength
+                    .iter()
+                    .map(|&(o, log_odds_yes)| StageOneScore {
+                        key: wide.options[o].key.clone(),
+                        log_odds_yes,
+                    })
+                    .collect(),
+            );
+            let kept: Vec<ShownOption> = keep.iter().map(|&o| wide.options[o].clone()).collect();
+            let QuestionKind::Choice { instructions, .. } = questions[wide.question].kind() else {
+                continue;
+            };
+            for rendered in self.choice_rotations(&instructions.render(), &kept) {
+                let tokens = self.encode_branch(&rendered, &framed.split.tail)?;
+                check_branch(
+                    &questions[wide.question],
+                    framed.prefix_tokens.len() + tokens.len(),
+                    framed.limit,
+                )?;
+                passes.push(Pass {
+                    question: wide.question,
+                    keys: rendered.keys.clone(),
+                    tokens,
+                    stem: None,
+                    base: Base::State,
+                });
+            }
+        }
+        let (mut second, used) = self.score(bases, &passes, &[], questions.len(), cancel)?;
+        for wide in &plan.wide {
+            let mut result = std::mem::take(&mut second[wide.question]);
+            // Options that did not reach the final pass get probability zero.
+            let mut scores = vec![f64::NEG_INFINITY; wide.options.len()];
+            for (key, score) in result.keys.iter().zip(&result.scores) {
+                if let Some(i) = wide.options.iter().position(|o| &o.key == key) {
+                    scores[i] = *score;
+                }
+            }
+            result.keys = wide.options.iter().map(|o| o.key.clone()).collect();
+            result.scores = scores;
+            combined[wide.question] = result;
+        }
+        Ok((stage_one, used))
+    }
+
+    /// Each question's calibrated answer, and the trace when the request asks for one.
+    fn respond(
+        &self,
+        request: &ValidRequest,
+        combined: &[Combined],
+        mut stage_one: HashMap<usize, Vec<StageOneScore>>,
+        prefix_tokens: usize,
+        prefix_cached: Option<bool>,
+        used: usize,
+    ) -> Result<SystemOneResponse, EngineError> {
+        let mut answers = IndexMap::with_capacity(request.questions().len());
+        let mut traces = IndexMap::new();
+        for (index, question) in request.questions().iter().enumerate() {
+            let result = &combined[index];
+            let temperature = self.calibration.temperature(answer_type(question.kind()));
+            let answer = answer(question, &result.keys, &result.scores, temperature)?;
+            if request.trace() {
+                traces.insert(
+                    question.id().to_owned(),
+                    result.trace(temperature, stage_one.remove(&index)),
+                );
+            }
+            answers.insert(question.id().to_owned(), answer);
+        }
+        let evaluation_trace = request.trace().then(|| EvaluationTrace {
+            engine: EngineKind::Decoder,
+            questions: traces,
+            prefix_tokens,
+            prefix_cached,
+        });
+        Ok(SystemOneResponse {
+            model: self.info.model.clone(),
+            answers,
+            usage: Usage {
+                input_tokens: used as u64,
+                output_tokens: 0,
+            },
+            evaluation_trace,
+        })
+    }
 }
 
 impl<B: Backend> Engine for DecoderEngine<B> {
@@ -1054,198 +1447,17 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                 q.id()
             )));
         }
-        let state = request.state().render();
-        let limit = self.info.max_context;
-        // Tokenizing megabytes takes seconds; a state that cannot fit whatever its tokens is
-        // refused from its length alone.
-        let per_token = self.backend.info().max_token_bytes;
-        if per_token > 0 && state.len() / per_token > limit {
-            return Err(EngineError::InputTooLong {
-                question: None,
-                message: format!(
-                    "the state is {} bytes, at least {} tokens for this model, over the maximum context length of {limit} tokens for one branch",
-                    state.len(),
-                    state.len() / per_token
-                ),
-            });
-        }
-        let split = split_prompt(
-            &self.backend,
-            &self.options.system_prompt,
-            &user_head(&state),
-        )?;
-        let prefix_tokens = self.backend.encode(&split.prefix)?;
-        if prefix_tokens.len() >= limit {
-            return Err(EngineError::InputTooLong {
-                question: None,
-                message: format!(
-                    "the state makes a prompt of {} tokens, over the maximum context length of {limit} tokens for one branch",
-                    prefix_tokens.len()
-                ),
-            });
-        }
-
-        // Plan every stage-one pass, and bound every stage-two pass, before any forward pass.
-        let mut plan = Plan {
-            passes: Vec::new(),
-            wide: Vec::new(),
-            stems: Vec::new(),
-            heads: Vec::new(),
-        };
-        let mut stage_two_bounds: Vec<(usize, usize)> = Vec::new();
-        for (index, question) in questions.iter().enumerate() {
-            let two_stages = match question.kind() {
-                QuestionKind::Choice {
-                    instructions,
-                    options,
-                } => self.needs_two_stages(
-                    &instructions.render(),
-                    options,
-                    prefix_tokens.len(),
-                    &split.tail,
-                    limit,
-                )?,
-                _ => false,
-            };
-            match question.kind() {
-                QuestionKind::Choice {
-                    instructions,
-                    options,
-                } if two_stages => {
-                    let shown = choice_options(options);
-                    let first = plan.passes.len();
-                    for (offset, option) in shown.iter().enumerate() {
-                        for rendered in self.stage_one(&instructions.render(), option) {
-                            plan.passes.push(Pass {
-                                question: questions.len() + first + offset,
-                                keys: rendered.keys.clone(),
-                                tokens: self.encode_branch(&rendered, &split.tail)?,
-                                stem: None,
-                                base: Base::State,
-                            });
-                        }
-                    }
-                    // The final pass shows at most the longest candidates; bound it by them.
-                    let mut longest = shown.clone();
-                    longest.sort_by_key(|o| std::cmp::Reverse(o.line.len()));
-                    longest.truncate(self.options.stage_two_candidates);
-                    let bound = self
-                        .choice_rotations(&instructions.render(), &longest)
-                        .iter()
-                        .map(|r| self.encode_branch(r, &split.tail).map(|t| t.len()))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    stage_two_bounds.push((index, bound.iter().sum()));
-                    let widest = bound.into_iter().max().unwrap_or(0);
-                    check_branch(question, prefix_tokens.len() + widest, limit)?;
-                    plan.wide.push((index, shown, first));
-                }
-                kind => {
-                    let rotations = self.rotations(kind);
-                    if self.asks_question_first(&rotations, &state) {
-                        for rendered in &rotations {
-                            let (head, branch) = rendered.question_first(&state);
-                            let head =
-                                split_prompt(&self.backend, &self.options.system_prompt, &head)?;
-                            plan.passes.push(Pass {
-                                question: index,
-                                keys: rendered.keys.clone(),
-                                tokens: self.backend.encode(&format!("{branch}{}", head.tail))?,
-                                stem: None,
-                                base: Base::Head(plan.heads.len()),
-                            });
-                            plan.heads.push(self.backend.encode(&head.prefix)?);
-                        }
-                        continue;
-                    }
-                    match self.split_stem(&rotations, &split.tail)? {
-                        Some(StemSplit { stem, rests }) => {
-                            let at = plan.stems.len();
-                            plan.stems.push(stem);
-                            for (rendered, tokens) in rotations.iter().zip(rests) {
-                                plan.passes.push(Pass {
-                                    question: index,
-                                    keys: rendered.keys.clone(),
-                                    tokens,
-                                    stem: Some(at),
-                                    base: Base::State,
-                                });
-                            }
-                        }
-                        None => {
-                            for rendered in &rotations {
-                                plan.passes.push(Pass {
-                                    question: index,
-                                    keys: rendered.keys.clone(),
-                                    tokens: self.encode_branch(rendered, &split.tail)?,
-                                    stem: None,
-                                    base: Base::State,
-                                });
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        // The state's prefix is encoded only when some pass continues it.
-        let needs_state =
-            !plan.wide.is_empty() || plan.passes.iter().any(|p| p.base == Base::State);
-        let mut total = if needs_state { prefix_tokens.len() } else { 0 };
-        let before_branch = |pass: &Pass| match pass.base {
-            Base::State => prefix_tokens.len() + pass.stem.map_or(0, |s| plan.stems[s].len()),
-            Base::Head(head) => plan.heads[head].len(),
-        };
-        for pass in &plan.passes {
-            let question = question_of(questions, pass.question, &plan);
-            check_branch(question, before_branch(pass) + pass.tokens.len(), limit)?;
-        }
-        for (index, question) in questions.iter().enumerate() {
-            let own = |p: &&Pass| question_of(questions, p.question, &plan).id() == question.id();
-            total += plan
-                .passes
-                .iter()
-                .filter(own)
-                .map(|p| p.tokens.len())
-                .sum::<usize>();
-            // A question's stem is encoded once, whatever its rotations.
-            total += plan
-                .passes
-                .iter()
-                .filter(own)
-                .find_map(|p| p.stem)
-                .map_or(0, |s| plan.stems[s].len());
-            // A question-first head is encoded (or found in the cache) once per rotation.
-            total += plan
-                .passes
-                .iter()
-                .filter(own)
-                .filter_map(|p| match p.base {
-                    Base::Head(head) => Some(plan.heads[head].len()),
-                    Base::State => None,
-                })
-                .sum::<usize>();
-            total += stage_two_bounds
-                .iter()
-                .filter(|(i, _)| *i == index)
-                .map(|(_, b)| b)
-                .sum::<usize>();
-            if total > self.options.max_request_tokens {
-                return Err(EngineError::InputTooLong {
-                    question: Some(question.id().to_owned()),
-                    message: format!(
-                        "question {:?} brings the request to {total} tokens, over the maximum context length of {} tokens for one request",
-                        question.id(),
-                        self.options.max_request_tokens
-                    ),
-                });
-            }
-        }
+        let framed = self.frame(request.state())?;
+        let plan = self.plan(questions, &framed)?;
+        let state_tokens = self.check_budget(questions, &plan, &framed)?;
 
         // Stage one: every plain question, and each wide Choice's options one by one.
         cancel.check()?;
-        let (state_prefix, cached) = if needs_state {
+        let (state_prefix, cached) = if plan.needs_state() {
+            let tokens = &framed.prefix_tokens;
             let (prefix, cached) = self.prefixes.get_or_encode(
-                &prefix_tokens,
-                || self.backend.encode_prefix(&prefix_tokens),
+                tokens,
+                || self.backend.encode_prefix(tokens),
                 |p| self.backend.prefix_bytes(p),
             )?;
             (Some(prefix), Some(cached))
@@ -1258,124 +1470,21 @@ impl<B: Backend> Engine for DecoderEngine<B> {
             encoded: HashMap::new(),
             head_tokens: 0,
         };
-        // Usage counts every prefix whether or not it came from the cache, so a response
-        // does not depend on what other requests ran before it.
-        let slots = questions.len() + plan.passes.len();
+        let slots = questions.len() + plan.wide.iter().map(|w| w.options.len()).sum::<usize>();
         let (mut combined, branch_tokens) =
             self.score(&mut bases, &plan.passes, &plan.stems, slots, cancel)?;
-        let mut used = total_if(needs_state, prefix_tokens.len()) + branch_tokens;
-
-        // Stage two: the strongest options of each wide Choice as one Choice.
-        let mut stage_one_trace: HashMap<usize, Vec<StageOneScore>> = HashMap::new();
-        if !plan.wide.is_empty() {
-            let mut passes = Vec::new();
-            let mut finalists: HashMap<usize, Vec<ShownOption>> = HashMap::new();
-            for (index, shown, first) in &plan.wide {
-                let mut strength: Vec<(usize, f64)> = (0..shown.len())
-                    .map(|offset| {
-                        let c = &combined[questions.len() + first + offset];
-                        let yes = c
-                            .keys
-                            .iter()
-                            .position(|k| k == "yes")
-                            .map_or(f64::NEG_INFINITY, |i| c.scores[i]);
-                        let no = c
-                            .keys
-                            .iter()
-                            .position(|k| k == "no")
-                            .map_or(0.0, |i| c.scores[i]);
-                        (offset, yes - no)
-                    })
-                    .collect();
-                strength.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-                let mut keep: Vec<usize> = strength
-                    .iter()
-                    .take(self.options.stage_two_candidates)
-                    .map(|(o, _)| *o)
-                    .collect();
-                keep.sort_unstable();
-                stage_one_trace.insert(
-                    *index,
-                    strength
-                        .iter()
-                        .map(|&(o, log_odds_yes)| StageOneScore {
-                            key: shown[o].key.clone(),
-                            log_odds_yes,
-                        })
-                        .collect(),
-                );
-                let kept: Vec<ShownOption> = keep.iter().map(|&o| shown[o].clone()).collect();
-                let QuestionKind::Choice { instructions, .. } = questions[*index].kind() else {
-                    continue;
-                };
-                for rendered in self.choice_rotations(&instructions.render(), &kept) {
-                    let tokens = self.encode_branch(&rendered, &split.tail)?;
-                    check_branch(
-                        &questions[*index],
-                        prefix_tokens.len() + tokens.len(),
-                        limit,
-                    )?;
-                    passes.push(Pass {
-                        question: *index,
-                        keys: rendered.keys.clone(),
-                        tokens,
-                        stem: None,
-                        base: Base::State,
-                    });
-                }
-                finalists.insert(*index, kept);
-            }
-            let (mut second, branch_tokens) =
-                self.score(&mut bases, &passes, &[], questions.len(), cancel)?;
-            used += branch_tokens;
-            for (index, shown, _) in &plan.wide {
-                let mut result = std::mem::take(&mut second[*index]);
-                // Options that did not reach the final pass get probability zero.
-                let finals = finalists.remove(index).unwrap_or_default();
-                let mut scores = vec![f64::NEG_INFINITY; shown.len()];
-                for (key, score) in result.keys.iter().zip(&result.scores) {
-                    if let Some(i) = shown.iter().position(|o| &o.key == key) {
-                        scores[i] = *score;
-                    }
-                }
-                debug_assert_eq!(finals.len(), result.keys.len());
-                result.keys = shown.iter().map(|o| o.key.clone()).collect();
-                result.scores = scores;
-                combined[*index] = result;
-            }
-        }
-
-        used += bases.head_tokens;
-
-        let mut answers = IndexMap::with_capacity(questions.len());
-        let mut traces = IndexMap::new();
-        for (index, question) in questions.iter().enumerate() {
-            let result = &combined[index];
-            let kind = answer_type(question.kind());
-            let temperature = self.calibration.temperature(kind);
-            let answer = answer(question, &result.keys, &result.scores, temperature)?;
-            if request.trace() {
-                traces.insert(
-                    question.id().to_owned(),
-                    result.trace(temperature, stage_one_trace.remove(&index)),
-                );
-            }
-            answers.insert(question.id().to_owned(), answer);
-        }
-        let evaluation_trace = request.trace().then(|| EvaluationTrace {
-            engine: EngineKind::Decoder,
-            questions: traces,
-            prefix_tokens: prefix_tokens.len(),
-            prefix_cached: cached,
-        });
-        Ok(SystemOneResponse {
-            model: self.info.model.clone(),
-            answers,
-            usage: Usage {
-                input_tokens: used as u64,
-                output_tokens: 0,
-            },
-            evaluation_trace,
-        })
+        let (stage_one, final_tokens) =
+            self.stage_two(questions, &plan, &framed, &mut combined, &mut bases, cancel)?;
+        // Usage counts every prefix whether or not it came from the cache, so a response
+        // does not depend on what other requests ran before it.
+        let used = state_tokens + branch_tokens + final_tokens + bases.head_tokens;
+        self.respond(
+            request,
+            &combined,
+            stage_one,
+            framed.prefix_tokens.len(),
+            cached,
+            used,
+        )
     }
 }
