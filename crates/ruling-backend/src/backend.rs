@@ -75,6 +75,10 @@ pub struct BranchLogits {
     pub logits: Vec<f32>,
     /// log-sum-exp of the full-vocabulary logits at the answer position.
     pub log_normalizer: f32,
+    /// The positions (in `codes`) whose logit the backend could not read, given as `-inf`: a
+    /// remote server that reports only its top log-probabilities may leave a code out. Empty
+    /// for a backend that reads logits itself.
+    pub unread: Vec<usize>,
 }
 
 impl BranchLogits {

@@ -88,6 +88,10 @@ pub enum EngineError {
     /// A probability distribution broke its invariants.
     #[error("an answer's distribution is invalid: {0}")]
     Distribution(#[from] ruling_calibration::DistributionError),
+    /// The server a remote engine forwards to refused the request as malformed or beyond its
+    /// capacity (a System One 422): its reasons, as it gave them.
+    #[error("the upstream refused the request: {0}")]
+    Refused(ruling_schema::ValidationErrors),
     /// A thread panicked while holding the engine's prior cache.
     #[error("the engine's prior cache was poisoned by a panic in another request")]
     Poisoned,

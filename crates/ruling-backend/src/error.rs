@@ -47,6 +47,38 @@ pub enum BackendError {
     /// The work stopped between forward passes because its caller asked (see [`crate::Cancel`]).
     #[error("stopped before the end: {0}")]
     Stopped(crate::Stopped),
+    /// A remote server the backend forwards to failed.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+}
+
+/// A server a remote engine forwards to failed, in a way its client can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("upstream {server}: {message}")]
+pub struct UpstreamError {
+    /// Where it was (its base URL).
+    pub server: String,
+    pub failure: UpstreamFailure,
+    /// What happened, for a person: the status, the time waited, what the body was.
+    pub message: String,
+}
+
+/// How an upstream server failed, after every retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// It is overloaded or not ready (429, 503): a client should retry, after `retry_after`
+    /// seconds when it said so. `status` is what it answered.
+    Busy {
+        status: u16,
+        retry_after: Option<u64>,
+    },
+    /// It did not answer within the timeout.
+    Timeout,
+    /// It could not be reached, failed (5xx), or answered with something its API does not
+    /// promise.
+    Failed,
+    /// It refused the request (a 4xx other than 429): its status.
+    Refused { status: u16 },
 }
 
 /// Which part of the backend contract a backend failed at load.

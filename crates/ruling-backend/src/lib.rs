@@ -38,7 +38,7 @@ pub use decision::{
     QUESTION_FIRST_MIN_BYTES, QUESTION_FIRST_RATIO, QuestionPrompt,
 };
 pub use engine::{Engine, EngineError, EngineInfo};
-pub use error::{BackendError, BoxError, ContractError};
+pub use error::{BackendError, BoxError, ContractError, UpstreamError, UpstreamFailure};
 pub use generate::{Decoding, Finish, Generation, Generator, Sampling, check_prompts, sample};
 pub use prefix_cache::{PrefixCache, PrefixCacheStats};
 pub use prompt::{PromptSplit, SPLIT_MARKER, split_prompt, user_head};

@@ -175,6 +175,7 @@ impl Backend for Toy {
                 BranchLogits {
                     logits,
                     log_normalizer: lse,
+                    unread: Vec::new(),
                 }
             })
             .collect())
@@ -324,11 +325,13 @@ fn candidate_mass_is_the_share_of_the_full_distribution() {
     let scored = BranchLogits {
         logits: vec![0.0, 0.0],
         log_normalizer: 2f32.ln(),
+        unread: Vec::new(),
     };
     assert!((scored.candidate_mass() - 1.0).abs() < 1e-6);
     let half = BranchLogits {
         logits: vec![0.0, 0.0],
         log_normalizer: 4f32.ln(),
+        unread: Vec::new(),
     };
     assert!((half.candidate_mass() - 0.5).abs() < 1e-6);
 }

@@ -186,6 +186,7 @@ impl Backend for Scripted {
                 BranchLogits {
                     logits,
                     log_normalizer: lse,
+                    unread: Vec::new(),
                 }
             })
             .collect())

@@ -229,6 +229,7 @@ impl Backend for CandleBackend {
             .map(|s| BranchLogits {
                 logits: s.logits,
                 log_normalizer: s.log_normalizer,
+                unread: Vec::new(),
             })
             .collect())
     }

@@ -41,11 +41,13 @@
 //! with [`Ruling::load_with_adapters`] (`adapter.rs`).
 
 mod adapter;
+mod remote;
 mod settings;
 
 use std::path::{Path, PathBuf};
 
 pub use adapter::{ADAPTER_CALIBRATION_FILE, AdapterCalibration, AdapterChoice, AdapterInfo};
+pub use remote::RemoteOptions;
 pub use ruling_backend::{
     AdaptiveRotations, Cancel, CancelOnDrop, ChatMessage, Finish, Layout, Role, Sampling, Stopped,
 };
@@ -162,6 +164,8 @@ pub struct Options {
     /// question about a short state question-first, so its head is encoded once across
     /// requests.
     pub layout: Layout,
+    /// How a remote engine (`openai:URL#MODEL`, `systemone:URL#MODEL`) reaches its server.
+    pub remote: RemoteOptions,
 }
 
 impl Default for Options {
@@ -184,6 +188,7 @@ impl Default for Options {
             shared_stems: true,
             max_options_per_pass: EngineOptions::default().max_options_per_pass,
             layout: Layout::default(),
+            remote: RemoteOptions::default(),
         }
     }
 }
@@ -202,6 +207,18 @@ pub enum CoreError {
     Calibration(#[from] CalibrationError),
     #[error(transparent)]
     Encoder(#[from] EncoderError),
+    /// An `openai:` or `systemone:` spec that cannot be read.
+    #[error(transparent)]
+    RemoteSpec(#[from] ruling_remote::SpecError),
+    /// A setting that a `systemone:` engine cannot honour: its upstream answers whole requests.
+    #[error(
+        "{model} forwards whole requests to another System One server, which chooses its own \
+         rotations, prior and calibration; drop {setting}"
+    )]
+    NotForPassThrough {
+        model: String,
+        setting: &'static str,
+    },
     #[cfg(feature = "llama-cpp")]
     #[error(transparent)]
     Llama(#[from] ruling_llama::LoadError),
@@ -299,6 +316,9 @@ impl Ruling {
         }
         if let Some(path) = spec.strip_prefix(ENCODER_PREFIX) {
             return Self::load_encoder(Path::new(path), options);
+        }
+        if let Some(remote) = ruling_remote::RemoteSpec::parse(spec) {
+            return remote::load(remote?, options);
         }
         let model = Pulled::pull(spec, options)?;
         if model.is_encoder() {

@@ -272,6 +272,7 @@ impl Engine for EncoderEngine {
                             order: result.keys.clone(),
                             log_probabilities: result.log_probabilities.clone(),
                             prior: None,
+                            unread: Vec::new(),
                         }],
                         temperature,
                         candidate_mass: Vec::new(),

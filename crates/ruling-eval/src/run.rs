@@ -801,6 +801,7 @@ mod tests {
                 order: vec!["0".into(), "1".into(), "2".into()],
                 log_probabilities: vec![2.0 - lse, 1.0 - lse, -lse],
                 prior: None,
+                unread: Vec::new(),
             }],
             temperature: 1.0,
             candidate_mass: Vec::new(),

@@ -527,6 +527,7 @@ fn read_codes(logits: &[f32], codes: &[u32]) -> BranchLogits {
     BranchLogits {
         logits: codes.iter().map(|&c| logits[c as usize]).collect(),
         log_normalizer: (f64::from(max) + sum.ln()) as f32,
+        unread: Vec::new(),
     }
 }
 

@@ -83,6 +83,11 @@ pub struct RotationTrace {
     #[serde(default, with = "non_finite::optional_seq")]
     #[schemars(schema_with = "non_finite::optional_seq::schema")]
     pub prior: Option<Vec<f64>>,
+    /// Keys whose log-probability the model's host could not report (a remote server that
+    /// gives only its top log-probabilities may leave an answer code out): they count as
+    /// impossible in this order, and are listed here rather than given an invented value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<String>,
 }
 
 /// One option's stage-one strength in a two-stage choice.
@@ -112,6 +117,7 @@ mod tests {
                         order: vec!["b".into(), "a".into()],
                         log_probabilities: vec![-0.25, f64::NEG_INFINITY],
                         prior: Some(vec![f64::NEG_INFINITY, -1.5]),
+                        unread: Vec::new(),
                     }],
                     temperature: 1.5,
                     candidate_mass: vec![0.75],
@@ -166,6 +172,7 @@ mod tests {
             order: vec!["a".into(), "b".into(), "c".into()],
             log_probabilities: vec![f64::INFINITY, f64::NAN, f64::NEG_INFINITY],
             prior: None,
+            unread: Vec::new(),
         };
         assert_eq!(
             serde_json::to_value(&rotation).unwrap(),
@@ -184,6 +191,7 @@ mod tests {
                         order: vec!["yes".into(), "no".into()],
                         log_probabilities: vec![-0.1, -2.35],
                         prior: None,
+                        unread: Vec::new(),
                     }],
                     temperature: 1.0,
                     candidate_mass: Vec::new(),

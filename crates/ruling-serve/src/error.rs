@@ -10,6 +10,11 @@
 //! | 429 | the queue is full | `{"detail": msg}`, `retry-after` |
 //! | 503 | the model is still loading, or the request was not answered within `--timeout` | `{"detail": msg}`, `retry-after` |
 //! | 500 | the engine failed (or panicked) on a valid request | `{"detail": msg}` |
+//! | 502 | a remote engine's upstream failed, could not be reached, or answered garbage | `{"detail": msg}` |
+//! | 504 | a remote engine's upstream did not answer in time | `{"detail": msg}` |
+//!
+//! A remote engine's upstream that is busy (429, or 503 with `retry-after`) is answered with
+//! its own status and `retry-after`, after this server's retries; its 422 with its details.
 //!
 //! Clients retry 408, 429 and 5xx, so every one of those means "try again"; every 4xx other
 //! than 429 means "this request will never succeed as sent".
@@ -19,7 +24,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ruling_backend::{BackendError, ContractError, EngineError};
+use ruling_backend::{BackendError, ContractError, EngineError, UpstreamError, UpstreamFailure};
 use ruling_core::CoreError;
 use ruling_schema::{ErrorDetail, LocItem, ValidationErrors};
 use schemars::JsonSchema;
@@ -57,6 +62,8 @@ pub(crate) enum ApiError {
     ShuttingDown,
     /// 500: the engine failed on a valid request.
     Internal(String),
+    /// 429, 502, 503 or 504: a remote engine's upstream failed as `UpstreamError` says.
+    Upstream(UpstreamError),
 }
 
 impl ApiError {
@@ -79,6 +86,14 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Upstream(error) => match error.failure {
+                UpstreamFailure::Busy { status: 429, .. } => StatusCode::TOO_MANY_REQUESTS,
+                UpstreamFailure::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                UpstreamFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
+                UpstreamFailure::Failed | UpstreamFailure::Refused { .. } => {
+                    StatusCode::BAD_GATEWAY
+                }
+            },
         }
     }
 
@@ -88,6 +103,10 @@ impl ApiError {
             | Self::Loading { retry_after }
             | Self::TimedOut { retry_after, .. } => Some(*retry_after),
             Self::ShuttingDown => Some(1),
+            Self::Upstream(UpstreamError {
+                failure: UpstreamFailure::Busy { retry_after, .. },
+                ..
+            }) => Some(retry_after.unwrap_or(1)),
             _ => None,
         }
     }
@@ -131,6 +150,8 @@ impl From<EngineError> for ApiError {
             EngineError::Contract(error @ ContractError::StateContainsMarker { .. }) => {
                 Self::at(at(&["state"]), "value_error", error.to_string())
             }
+            EngineError::Refused(errors) => Self::Invalid(errors),
+            EngineError::Backend(BackendError::Upstream(error)) => Self::Upstream(error),
             other => Self::Internal(other.to_string()),
         }
     }
@@ -184,6 +205,7 @@ impl IntoResponse for ApiError {
             Self::Internal(message) => {
                 message_response(status, format!("internal error: {message}"))
             }
+            Self::Upstream(error) => message_response(status, error.to_string()),
         };
         if let Some(seconds) = retry_after {
             response

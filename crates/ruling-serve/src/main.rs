@@ -113,6 +113,33 @@ struct ServeArgs {
         value_parser = parse_named_path
     )]
     adapter_calibrations: Vec<NamedPath>,
+    /// `openai:` models: the model whose chat template and tokenizer render the prompts, and
+    /// whose identity calibrations name (default: the spec's MODEL, a catalog name).
+    #[arg(long, env = "RULING_UPSTREAM_TOKENIZER")]
+    upstream_tokenizer: Option<String>,
+    /// `openai:` models: log-probabilities asked for per branch; the answer codes must be
+    /// among them (vLLM allows 20 unless started with more).
+    #[arg(long, env = "RULING_UPSTREAM_TOP_LOGPROBS", default_value_t = ruling_core::RemoteOptions::default().top_logprobs)]
+    upstream_top_logprobs: usize,
+    /// `openai:` models: the upstream's context, in tokens.
+    #[arg(long, env = "RULING_UPSTREAM_CONTEXT", default_value_t = ruling_core::RemoteOptions::default().context_length)]
+    upstream_context: usize,
+    /// `systemone:` models: the upstream reads images (assets and box questions pass).
+    #[arg(long, env = "RULING_UPSTREAM_VISION")]
+    upstream_vision: bool,
+    /// Seconds one call to a remote engine's upstream may take.
+    #[arg(long, env = "RULING_UPSTREAM_TIMEOUT", default_value_t = ruling_core::RemoteOptions::default().timeout.as_secs_f64())]
+    upstream_timeout: f64,
+    /// Calls after the first when the upstream is busy (429, 503), failing (5xx) or
+    /// unreachable, with backoff (its retry-after honoured).
+    #[arg(long, env = "RULING_UPSTREAM_RETRIES", default_value_t = ruling_core::RemoteOptions::default().retries)]
+    upstream_retries: u32,
+    /// The upstream's bearer key, when it wants one.
+    #[arg(long, env = "RULING_UPSTREAM_KEY", hide_env_values = true)]
+    upstream_key: Option<String>,
+    /// Calls to the upstream in flight at once, per request.
+    #[arg(long, env = "RULING_UPSTREAM_CONCURRENCY", default_value_t = ruling_core::RemoteOptions::default().concurrency)]
+    upstream_concurrency: usize,
     /// Require `Authorization: Bearer KEY` on /v1/* and /metrics.
     #[arg(long, env = "RULING_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -228,6 +255,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cache_dir: args.cache_dir,
         served_name: args.served_name,
         prefix_cache_bytes: args.prefix_cache_mb.saturating_mul(1 << 20),
+        remote: ruling_core::RemoteOptions {
+            tokenizer: args.upstream_tokenizer,
+            top_logprobs: args.upstream_top_logprobs.max(1),
+            context_length: args.upstream_context.max(1),
+            vision: args.upstream_vision,
+            timeout: seconds("upstream-timeout", args.upstream_timeout)?,
+            retries: args.upstream_retries,
+            api_key: args.upstream_key,
+            concurrency: args.upstream_concurrency.max(1),
+        },
         ..ruling_core::Options::default()
     };
     let adapters = adapter_choices(args.adapters, args.adapter_calibrations)?;

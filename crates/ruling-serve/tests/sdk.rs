@@ -17,35 +17,13 @@ use ruling_serve::{ApiKey, Config, Loader, ModelMeta};
 const SDK: &str = "typesafe-sdk[zstd]==0.7.5";
 const KEY: &str = "sdk-test-key";
 
-fn python_with_sdk() -> PathBuf {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("typesafe-sdk-0.7.5-venv");
-    let python = venv.join("bin/python");
-    let has_sdk = |python: &Path| {
-        Command::new(python)
-            .args(["-c", "import typesafe_sdk, backports.zstd"])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if has_sdk(&python) {
-        return python;
-    }
-    let interpreter = std::env::var("RULING_PYTHON").unwrap_or_else(|_| "python3".into());
-    let status = Command::new(&interpreter)
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .unwrap_or_else(|e| panic!("{interpreter} -m venv: {e}"));
-    assert!(status.success(), "{interpreter} -m venv failed");
-    let status = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", SDK])
-        .status()
-        .expect("pip runs");
-    assert!(
-        status.success(),
-        "pip install {SDK} failed (the test needs PyPI, or a PIP_INDEX_URL mirror)"
-    );
-    assert!(has_sdk(&python), "{SDK} imports after installing");
-    python
+/// The SDK in its own virtual environment (shared with `tests/openai.rs`).
+pub fn python_with_sdk() -> PathBuf {
+    common::python_venv(
+        "typesafe-sdk-0.7.5-venv",
+        &[SDK],
+        "import typesafe_sdk, backports.zstd",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread")]

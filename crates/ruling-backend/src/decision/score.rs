@@ -385,6 +385,11 @@ impl<B: Backend> DecoderEngine<B> {
                 order: pass.keys.clone(),
                 log_probabilities: lp,
                 prior: prior.map(|p| p.as_slice().to_vec()),
+                unread: logits
+                    .unread
+                    .iter()
+                    .filter_map(|&i| pass.keys.get(i).cloned())
+                    .collect(),
             });
         }
         for slot in &mut combined {

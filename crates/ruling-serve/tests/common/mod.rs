@@ -323,3 +323,39 @@ pub fn metric(text: &str, line_start: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// A Python interpreter from a virtual environment under the test target directory, made on
+/// first use and filled with `pip install packages` (registry packages, like the real-model
+/// tests' models); `imports` is a statement that succeeds once they are installed.
+pub fn python_venv(name: &str, packages: &[&str], imports: &str) -> PathBuf {
+    use std::process::Command;
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let python = venv.join("bin/python");
+    let ready = |python: &Path| {
+        Command::new(python)
+            .args(["-c", imports])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if ready(&python) {
+        return python;
+    }
+    let interpreter = std::env::var("RULING_PYTHON").unwrap_or_else(|_| "python3".into());
+    let status = Command::new(&interpreter)
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .unwrap_or_else(|e| panic!("{interpreter} -m venv: {e}"));
+    assert!(status.success(), "{interpreter} -m venv failed");
+    let status = Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "--no-cache-dir"])
+        .args(packages)
+        .status()
+        .expect("pip runs");
+    assert!(
+        status.success(),
+        "pip install {packages:?} failed (the test needs PyPI, or a PIP_INDEX_URL mirror)"
+    );
+    assert!(ready(&python), "{packages:?} import after installing");
+    python
+}
