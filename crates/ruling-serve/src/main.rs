@@ -39,6 +39,34 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Fetch, verify and cache a model; print its local path.
     Pull(PullArgs),
+    /// Route requests to identical replicas by a hash of their state, so each replica's
+    /// prefix cache keeps hitting (docs/remote.md, "Scaling out").
+    Route(RouteArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RouteArgs {
+    /// A replica's base URL (`http://host:port`); repeat for each (comma-separated in the
+    /// environment).
+    #[arg(
+        long = "replica",
+        env = "RULING_REPLICAS",
+        value_delimiter = ',',
+        required = true
+    )]
+    replicas: Vec<String>,
+    /// Address to listen on.
+    #[arg(long, env = "RULING_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on.
+    #[arg(long, env = "RULING_PORT", default_value_t = 8000)]
+    port: u16,
+    /// Largest request body in bytes, after decompression (413 beyond).
+    #[arg(long, env = "RULING_MAX_BODY_BYTES", default_value_t = Config::default().max_body_bytes)]
+    max_body_bytes: usize,
+    /// Seconds a replica may take to answer (past it the next replica is tried).
+    #[arg(long, env = "RULING_TIMEOUT", default_value_t = Config::default().timeout.as_secs_f64())]
+    timeout: f64,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -198,6 +226,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Pull(args)) => pull(args),
+        Some(Command::Route(args)) => route(args),
         Some(Command::Serve(args)) => serve(*args),
         None => serve(cli.serve),
     }
@@ -299,6 +328,41 @@ async fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("resolving --host {host}"))?
         .next()
         .with_context(|| format!("--host {host} resolves to no address"))
+}
+
+fn route(args: RouteArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("RULING_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        bail!(
+            "--timeout must be a positive number of seconds, got {}",
+            args.timeout
+        );
+    }
+    let config = ruling_serve::RouteConfig {
+        replicas: args.replicas,
+        max_body_bytes: args.max_body_bytes,
+        timeout: Duration::from_secs_f64(args.timeout),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("ruling-route")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let address = resolve(&args.host, args.port).await?;
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("binding {address}"))?;
+        tracing::info!(%address, replicas = ?config.replicas, "ruling-serve route listening");
+        ruling_serve::route(config, listener, ruling_serve::shutdown_signal())
+            .await
+            .context("the router stopped")
+    })
 }
 
 fn pull(args: PullArgs) -> anyhow::Result<()> {
