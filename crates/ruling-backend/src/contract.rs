@@ -83,11 +83,16 @@ pub fn verify_backend_widened<B: Backend + ?Sized>(
             });
         }
     };
-    if !probe
+    // A code the backend could not read (listed in `unread`) is given as -inf; every other
+    // logit, and the normaliser, must be a number.
+    let read = probe
         .logits
         .iter()
-        .chain([&probe.log_normalizer])
-        .all(|v| v.is_finite())
+        .enumerate()
+        .filter(|(i, _)| !probe.unread.contains(i))
+        .map(|(_, v)| v);
+    if probe.unread.len() >= probe.logits.len()
+        || !read.chain([&probe.log_normalizer]).all(|v| v.is_finite())
     {
         return Err(ContractError::BadScores {
             reason: format!(
