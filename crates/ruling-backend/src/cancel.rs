@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::BackendError;
 
@@ -35,6 +35,9 @@ impl std::fmt::Display for Stopped {
 pub struct Cancel {
     flag: Arc<AtomicBool>,
     deadline: Option<Instant>,
+    /// The whole time the caller allows the work, queueing included (a server's per-request
+    /// timeout): what an engine compares its estimate of a request's cost with.
+    allowed: Option<Duration>,
 }
 
 impl Cancel {
@@ -54,6 +57,19 @@ impl Cancel {
             deadline: Some(deadline),
             ..Self::default()
         }
+    }
+
+    /// The same handle, recording that the caller allows the work `total` in all (of which the
+    /// deadline is what is left): an engine refuses up front a request it estimates to need
+    /// well over that, since it could never be answered in time.
+    pub fn allowing(mut self, total: Duration) -> Self {
+        self.allowed = Some(total);
+        self
+    }
+
+    /// The whole time the caller allows, when it said.
+    pub fn allowed(&self) -> Option<Duration> {
+        self.allowed
     }
 
     /// Ask every holder of this handle (and its clones) to stop.

@@ -26,7 +26,8 @@ mod score;
 use score::{Bases, Combined};
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 use ruling_calibration::{AnswerType, Calibration, Provenance};
@@ -47,6 +48,13 @@ use crate::render::{
     RenderedQuestion, SYSTEM_PROMPT, ShownOption, choice_options, noul_options, noul_preamble,
     render, score_options,
 };
+
+/// How far over its allowed time a request's estimated cost may be before it is refused up
+/// front: the estimate is a running average, and a request is refused only when it is plainly
+/// hopeless, not when it is close.
+pub const TOO_SLOW_MARGIN: f64 = 1.5;
+/// The weight of the newest evaluation in the running pace.
+const PACE_WEIGHT: f64 = 0.3;
 
 /// The default prefix cache budget: a few dozen long states on the small models.
 pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
@@ -291,6 +299,9 @@ pub struct DecoderEngine<B: Backend> {
     /// Whether questions may be asked question-first: the backend's tokenizer splits that
     /// layout cleanly (proven by `verify_backend`).
     question_first: bool,
+    /// Tokens read per second, a running average over the evaluations so far: what a
+    /// request's cost is estimated with before it starts (none until one has run).
+    pace: Mutex<Option<f64>>,
 }
 
 impl<B: Backend> DecoderEngine<B> {
@@ -350,6 +361,7 @@ impl<B: Backend> DecoderEngine<B> {
             priors: Mutex::new(HashMap::new()),
             prefixes,
             question_first: report.question_first.is_ok(),
+            pace: Mutex::new(None),
         })
     }
 
@@ -363,6 +375,41 @@ impl<B: Backend> DecoderEngine<B> {
 
     pub fn calibration(&self) -> &Calibration {
         &self.calibration
+    }
+
+    /// Refuse a request whose estimated cost is far beyond what its caller allows: it could
+    /// never be answered in time, and starting it would only hold the worker until the
+    /// deadline. The estimate is the request's tokens at the pace measured so far; a margin
+    /// of [`TOO_SLOW_MARGIN`] keeps a noisy pace from refusing a request that would fit.
+    fn check_pace(&self, tokens: usize, cancel: &Cancel) -> Result<(), EngineError> {
+        let (Some(allowed), Some(rate)) = (
+            cancel.allowed(),
+            *self.pace.lock().unwrap_or_else(PoisonError::into_inner),
+        ) else {
+            return Ok(());
+        };
+        let seconds = tokens as f64 / rate;
+        let allowed = allowed.as_secs_f64();
+        if seconds > TOO_SLOW_MARGIN * allowed {
+            return Err(EngineError::TooSlow {
+                tokens,
+                seconds,
+                rate,
+                allowed,
+            });
+        }
+        Ok(())
+    }
+
+    /// Fold one evaluation's pace into the running average. Evaluations too short to time
+    /// say nothing about the pace and are left out.
+    fn record_pace(&self, tokens: usize, took: Duration) {
+        if tokens == 0 || took < Duration::from_millis(20) {
+            return;
+        }
+        let rate = tokens as f64 / took.as_secs_f64();
+        let mut pace = self.pace.lock().unwrap_or_else(PoisonError::into_inner);
+        *pace = Some(pace.map_or(rate, |old| old + PACE_WEIGHT * (rate - old)));
     }
 
     /// The most options one pass shows (a wider Choice goes through two stages).
@@ -524,7 +571,9 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         }
         let framed = self.frame(request.state())?;
         let plan = self.plan(questions, &framed)?;
-        let state_tokens = self.check_budget(questions, &plan, &framed)?;
+        let budget = self.check_budget(questions, &plan, &framed)?;
+        self.check_pace(budget.total, cancel)?;
+        let started = Instant::now();
 
         // Stage one: every plain question, and each wide Choice's options one by one.
         cancel.check()?;
@@ -552,7 +601,8 @@ impl<B: Backend> Engine for DecoderEngine<B> {
             self.stage_two(questions, &plan, &framed, &mut combined, &mut bases, cancel)?;
         // Usage counts every prefix whether or not it came from the cache, so a response
         // does not depend on what other requests ran before it.
-        let used = state_tokens + branch_tokens + final_tokens + bases.head_tokens;
+        let used = budget.state + branch_tokens + final_tokens + bases.head_tokens;
+        self.record_pace(used, started.elapsed());
         self.respond(
             request,
             &combined,

@@ -88,6 +88,20 @@ pub enum EngineError {
     /// A probability distribution broke its invariants.
     #[error("an answer's distribution is invalid: {0}")]
     Distribution(#[from] ruling_calibration::DistributionError),
+    /// The request would take far longer than its caller allows whatever else is running: its
+    /// cost, estimated from its tokens and the engine's measured speed, is refused up front
+    /// rather than started and abandoned.
+    #[error(
+        "this request reads about {tokens} tokens, about {seconds:.1} s at the {rate:.0} tokens/s \
+         this engine has measured, and {allowed:.1} s are allowed per request; it cannot be \
+         answered in time, so it is refused: ask fewer questions or rotations, or allow more time"
+    )]
+    TooSlow {
+        tokens: usize,
+        seconds: f64,
+        rate: f64,
+        allowed: f64,
+    },
     /// The server a remote engine forwards to refused the request as malformed or beyond its
     /// capacity (a System One 422): its reasons, as it gave them.
     #[error("the upstream refused the request: {0}")]

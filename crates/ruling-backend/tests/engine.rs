@@ -5,6 +5,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use ruling_backend::{
     Backend, BackendError, BackendInfo, Branch, BranchLogits, Cancel, ChatMessage, DecoderEngine,
@@ -37,6 +38,8 @@ struct Scripted {
     /// Two capital letters in a row for which this says yes are one token, as BPE merges
     /// some letter pairs: the two-letter codes a wide choice can be shown with.
     pairs: Option<fn(u8, u8) -> bool>,
+    /// How long each forward pass takes: a model slow enough to time.
+    pass_time: Duration,
 }
 
 impl Scripted {
@@ -57,7 +60,14 @@ impl Scripted {
             prefills: AtomicUsize::new(0),
             cancel_after: Mutex::new(None),
             pairs: None,
+            pass_time: Duration::ZERO,
         }
+    }
+
+    /// The same model, taking `pass_time` over every forward pass.
+    fn taking(mut self, pass_time: Duration) -> Self {
+        self.pass_time = pass_time;
+        self
     }
 
     /// The same model with letter pairs merged where `pairs` says so.
@@ -143,6 +153,7 @@ impl Backend for Scripted {
     fn encode_prefix(&self, tokens: &[u32]) -> Result<Vec<u32>, BackendError> {
         self.forward_passes.fetch_add(1, Ordering::SeqCst);
         self.prefills.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.pass_time);
         Ok(tokens.to_vec())
     }
 
@@ -160,6 +171,7 @@ impl Backend for Scripted {
         branches: &[Branch<'_>],
     ) -> Result<Vec<BranchLogits>, BackendError> {
         let passes = self.forward_passes.fetch_add(1, Ordering::SeqCst) + 1;
+        std::thread::sleep(self.pass_time);
         if let Some((after, cancel)) = &*self.cancel_after.lock().unwrap()
             && passes >= *after
         {
@@ -287,6 +299,33 @@ fn a_cancelled_evaluation_stops_before_its_next_forward_pass() {
         probabilities(&answered, "intent"),
         probabilities(&engine.evaluate(&request).unwrap(), "intent")
     );
+}
+
+#[test]
+fn a_request_that_cannot_fit_its_allowed_time_is_refused_before_any_forward_pass() {
+    let backend = Scripted::new(vec![0.0; 26], true).taking(Duration::from_millis(30));
+    let engine = engine(backend, 2, false);
+    let request = mixed_request();
+    let passes = || engine.backend().forward_passes.load(Ordering::SeqCst);
+    let allowing = |time| Cancel::new().allowing(time);
+    // Nothing has been timed yet, so the first request runs whatever it is allowed.
+    engine
+        .evaluate_until(&request, &allowing(Duration::from_millis(1)))
+        .unwrap();
+    // Now the engine knows its pace: a millisecond is hopeless, and nothing runs.
+    let before = passes();
+    let err = engine
+        .evaluate_until(&request, &allowing(Duration::from_millis(1)))
+        .unwrap_err();
+    assert!(matches!(err, EngineError::TooSlow { .. }), "{err}");
+    assert!(err.to_string().contains("allowed per request"), "{err}");
+    assert_eq!(passes(), before);
+    // A handle that allows a minute, or says nothing of time, is answered.
+    engine
+        .evaluate_until(&request, &allowing(Duration::from_secs(60)))
+        .unwrap();
+    engine.evaluate_until(&request, &Cancel::new()).unwrap();
+    assert!(passes() > before);
 }
 
 #[test]

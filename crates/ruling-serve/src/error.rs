@@ -151,6 +151,11 @@ impl From<EngineError> for ApiError {
                 Self::at(at(&["state"]), "value_error", error.to_string())
             }
             EngineError::Refused(errors) => Self::Invalid(errors),
+            // A request that cannot be answered in time on this machine: a 422, so that a
+            // client changes it rather than retrying it as it would a 503.
+            error @ EngineError::TooSlow { .. } => {
+                Self::at(at(&["questions"]), "value_error", error.to_string())
+            }
             EngineError::Backend(BackendError::Upstream(error)) => Self::Upstream(error),
             other => Self::Internal(other.to_string()),
         }

@@ -161,7 +161,7 @@ async fn system_one(
     }
 
     let (reply, answer) = oneshot::channel();
-    let cancel = Cancel::with_deadline(deadline);
+    let cancel = Cancel::with_deadline(deadline).allowing(config.timeout);
     // Dropped with this handler: when the client goes, or once it has its answer or error.
     let _stop_when_gone = cancel.cancel_on_drop();
     let job = Job {

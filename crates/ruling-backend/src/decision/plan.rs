@@ -451,14 +451,13 @@ impl<B: Backend> DecoderEngine<B> {
     }
 
     /// Refuse, before any forward pass, a branch longer than the context or a request over
-    /// its token budget, naming the question at fault. Returns the state's prefix tokens
-    /// the request will read (none when no pass continues the state).
+    /// its token budget, naming the question at fault. Returns what the request will read.
     pub(super) fn check_budget(
         &self,
         questions: &[ValidQuestion],
         plan: &Plan,
         framed: &Framed,
-    ) -> Result<usize, EngineError> {
+    ) -> Result<Budget, EngineError> {
         let prefix = framed.prefix_tokens.len();
         let before_branch = |pass: &Pass| match pass.base {
             Base::State => prefix + pass.stem.map_or(0, |s| plan.stems[s].len()),
@@ -511,6 +510,17 @@ impl<B: Backend> DecoderEngine<B> {
                 });
             }
         }
-        Ok(state_tokens)
+        Ok(Budget {
+            state: state_tokens,
+            total,
+        })
     }
+}
+
+/// What a request will read, counted before any forward pass.
+pub(super) struct Budget {
+    /// The state's own prefix (zero when every question is asked question-first).
+    pub state: usize,
+    /// Every token the request reads: the state, stems, heads, branches and final passes.
+    pub total: usize,
 }
