@@ -199,6 +199,12 @@ struct ServeArgs {
     /// same state skip its prefill (0: off; answers are the same either way).
     #[arg(long, env = "RULING_PREFIX_CACHE_MB", default_value_t = ruling_core::Options::default().prefix_cache_bytes >> 20)]
     prefix_cache_mb: usize,
+    /// Most options a decoder shows in one pass, 2 to 255 (as far as the tokenizer proves
+    /// answer codes). A wider Choice is asked in two stages: each option alone as yes/no, then
+    /// the strongest as one choice. Slower, and on small decoders more accurate
+    /// (docs/wide-choices.md); 26 keeps every pass to single letters.
+    #[arg(long, env = "RULING_MAX_OPTIONS_PER_PASS", default_value_t = 255, value_parser = clap::value_parser!(u8).range(2..))]
+    max_options_per_pass: u8,
 }
 
 #[derive(Debug, clap::Args)]
@@ -284,6 +290,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cache_dir: args.cache_dir,
         served_name: args.served_name,
         prefix_cache_bytes: args.prefix_cache_mb.saturating_mul(1 << 20),
+        max_options_per_pass: usize::from(args.max_options_per_pass),
         remote: ruling_core::RemoteOptions {
             tokenizer: args.upstream_tokenizer,
             top_logprobs: args.upstream_top_logprobs.max(1),
