@@ -225,3 +225,31 @@ impl IntoResponse for ApiError {
 pub(crate) fn message_response(status: StatusCode, detail: String) -> Response {
     (status, Json(ErrorMessage { detail })).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_too_slow_for_the_timeout_is_a_422_with_no_retry_after() {
+        let error = ApiError::from(EngineError::TooSlow {
+            tokens: 12_000,
+            seconds: 140.0,
+            rate: 85.7,
+            allowed: 30.0,
+        });
+        assert_eq!(error.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(error.retry_after(), None);
+        let ApiError::Invalid(errors) = error else {
+            panic!("a validation-shaped refusal");
+        };
+        let body = serde_json::to_value(errors.into_body()).unwrap();
+        let detail = &body["detail"][0];
+        assert_eq!(detail["loc"], serde_json::json!(["body", "questions"]));
+        let message = detail["msg"].as_str().unwrap();
+        assert!(
+            message.contains("cannot be answered in time") && message.contains("30.0 s"),
+            "{message}"
+        );
+    }
+}
