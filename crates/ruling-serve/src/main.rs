@@ -306,16 +306,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let adapters = adapter_choices(args.adapters, args.adapter_calibrations)?;
     let loader = Loader::from_spec_with_adapters(args.model, options, adapters);
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("ruling-http")
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async move {
-        let address = resolve(&args.host, args.port).await?;
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .with_context(|| format!("binding {address}"))?;
+    runtime("ruling-http")?.block_on(async move {
+        let (_, listener) = bind(&args.host, args.port).await?;
         tracing::info!(
             auth = config.api_key.is_some(),
             workers = config.workers,
@@ -329,12 +321,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-async fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
-    tokio::net::lookup_host((host, port))
+/// A multi-threaded tokio runtime whose threads are named `name`.
+fn runtime(name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(name)
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Resolve `--host` and listen on it at `port`.
+async fn bind(host: &str, port: u16) -> anyhow::Result<(SocketAddr, tokio::net::TcpListener)> {
+    let address = tokio::net::lookup_host((host, port))
         .await
         .with_context(|| format!("resolving --host {host}"))?
         .next()
-        .with_context(|| format!("--host {host} resolves to no address"))
+        .with_context(|| format!("--host {host} resolves to no address"))?;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("binding {address}"))?;
+    Ok((address, listener))
 }
 
 fn route(args: RouteArgs) -> anyhow::Result<()> {
@@ -355,16 +361,8 @@ fn route(args: RouteArgs) -> anyhow::Result<()> {
         max_body_bytes: args.max_body_bytes,
         timeout: Duration::from_secs_f64(args.timeout),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("ruling-route")
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async move {
-        let address = resolve(&args.host, args.port).await?;
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .with_context(|| format!("binding {address}"))?;
+    runtime("ruling-route")?.block_on(async move {
+        let (address, listener) = bind(&args.host, args.port).await?;
         tracing::info!(%address, replicas = ?config.replicas, "ruling-serve route listening");
         ruling_serve::route(config, listener, ruling_serve::shutdown_signal())
             .await
