@@ -1,7 +1,7 @@
 //! The logit-readout port: what a host must do for the decision logic to read a distribution.
 
-use crate::Cancel;
 use crate::error::BackendError;
+use crate::{Cancel, ImageBudget, Picture};
 
 /// Who speaks a chat turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,14 +47,24 @@ pub struct BackendInfo {
     pub revision: Option<String>,
     /// The longest prefix plus branch the model can attend over, in tokens.
     pub context_length: usize,
-    /// Whether the model reads images (and so accepts assets and box questions).
-    pub vision: bool,
+    /// How the model reads images, if it does (and so accepts assets).
+    pub vision: Option<VisionInfo>,
     /// The most bytes of text one token can stand for (0: unknown). A state longer than
     /// this many bytes per context token cannot fit, so it is refused without tokenizing it.
     pub max_token_bytes: usize,
     /// The digest of the LoRA adapter every forward pass applies, if any (calibration files
     /// name it, so one fitted for another adapter is refused).
     pub adapter_digest: Option<String>,
+}
+
+/// How a backend that reads images takes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VisionInfo {
+    /// What the prompt's text holds where an image goes; the backend puts the image there.
+    pub marker: String,
+    /// How large one image may become: the engine resizes every image to it before the
+    /// backend sees it.
+    pub budget: ImageBudget,
 }
 
 /// One question's continuation after the shared prefix, and the answer codes to read after it.
@@ -121,6 +131,31 @@ pub trait Backend: Send + Sync {
 
     /// Run the prefix through the model once, so branches can be scored against it.
     fn encode_prefix(&self, tokens: &[u32]) -> Result<Self::Prefix, BackendError>;
+
+    /// The tokens a prefix of `text` takes once each [`VisionInfo::marker`] in it is replaced by
+    /// the picture of the same rank in `images`, without running it: what the engine checks
+    /// against the context before any forward pass.
+    fn count_prefix_with_images(
+        &self,
+        text: &str,
+        images: &[&Picture],
+    ) -> Result<usize, BackendError> {
+        let _ = (text, images);
+        Err(BackendError::TextOnly)
+    }
+
+    /// Run a prefix with images through the model once: `text` holds one
+    /// [`VisionInfo::marker`] per picture, in order. Branches scored against the result
+    /// continue its positions, which on a model with multimodal positions are fewer than its
+    /// tokens. The default refuses: the model reads text only.
+    fn encode_prefix_with_images(
+        &self,
+        text: &str,
+        images: &[&Picture],
+    ) -> Result<Self::Prefix, BackendError> {
+        let _ = (text, images);
+        Err(BackendError::TextOnly)
+    }
 
     /// The number of tokens an encoded prefix holds.
     fn prefix_len(&self, prefix: &Self::Prefix) -> usize;

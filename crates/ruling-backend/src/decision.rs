@@ -20,6 +20,7 @@
 //! their prefixes and folds the rotations; this file holds the options, the engine and the
 //! answer it builds.
 
+mod images;
 mod plan;
 mod score;
 
@@ -42,6 +43,7 @@ use crate::backend::Backend;
 use crate::codes::{AnswerCodes, DEFAULT_CODES, MAX_CODES, two_letter_codes};
 use crate::contract::verify_backend_widened;
 use crate::engine::{Engine, EngineError, EngineInfo};
+use crate::picture::Picture;
 use crate::prefix_cache::{PrefixCache, PrefixCacheStats};
 use crate::prompt::{split_prompt, user_head};
 use crate::render::{
@@ -89,6 +91,8 @@ pub struct EngineOptions {
     /// Bytes of encoded prefixes kept across requests, so questions about a state seen
     /// recently skip its prefill (0 turns the cache off).
     pub prefix_cache_bytes: usize,
+    /// Most images one request may carry on a model that reads them (a 422 beyond).
+    pub max_images: usize,
     /// Stop a question's rotations early once it is decided (off by default: every rotation
     /// asked for is read).
     pub adaptive: Option<AdaptiveRotations>,
@@ -211,6 +215,7 @@ impl Default for EngineOptions {
             served_name: None,
             system_prompt: SYSTEM_PROMPT.to_owned(),
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
+            max_images: ruling_schema::DEFAULT_MAX_IMAGES,
             adaptive: None,
             shared_stems: true,
             layout: Layout::Auto,
@@ -341,7 +346,8 @@ impl<B: Backend> DecoderEngine<B> {
                 .clone()
                 .unwrap_or_else(|| backend.info().model_id.clone()),
             capabilities: ruling_schema::Capabilities {
-                vision: backend.info().vision,
+                vision: backend.info().vision.is_some(),
+                max_images: options.max_images,
                 ..Default::default()
             },
             max_context,
@@ -559,17 +565,29 @@ impl<B: Backend> Engine for DecoderEngine<B> {
         request: &ValidRequest,
         cancel: &Cancel,
     ) -> Result<SystemOneResponse, EngineError> {
-        let questions = request.questions();
-        if let Some(q) = questions
+        if let Some(q) = request
+            .questions()
             .iter()
             .find(|q| matches!(q.kind(), QuestionKind::Box { .. }))
         {
+            let why = if self.backend.info().vision.is_some() {
+                "this model's answers are read from letter codes, and it has no coordinate \
+                 tokens to read a box from"
+            } else {
+                "box questions need a vision model; this engine reads text only"
+            };
             return Err(EngineError::Unsupported(format!(
-                "question {:?}: box questions need a vision model; this engine reads text only",
+                "question {:?}: {why}",
                 q.id()
             )));
         }
-        let framed = self.frame(request.state())?;
+        let (named, pictures) = match self.read_images(request)? {
+            Some((named, pictures)) => (Some(named), pictures),
+            None => (None, Vec::new()),
+        };
+        let request = named.as_ref().unwrap_or(request);
+        let questions = request.questions();
+        let framed = self.frame(request.state(), pictures)?;
         let plan = self.plan(questions, &framed)?;
         let budget = self.check_budget(questions, &plan, &framed)?;
         self.check_pace(budget.total, cancel)?;
@@ -581,7 +599,15 @@ impl<B: Backend> Engine for DecoderEngine<B> {
             let tokens = &framed.prefix_tokens;
             let (prefix, cached) = self.prefixes.get_or_encode(
                 tokens,
-                || self.backend.encode_prefix(tokens),
+                || {
+                    if framed.pictures.is_empty() {
+                        self.backend.encode_prefix(tokens)
+                    } else {
+                        let shown: Vec<&Picture> = framed.pictures.iter().collect();
+                        self.backend
+                            .encode_prefix_with_images(&framed.split.prefix, &shown)
+                    }
+                },
                 |p| self.backend.prefix_bytes(p),
             )?;
             (Some(prefix), Some(cached))
@@ -607,7 +633,7 @@ impl<B: Backend> Engine for DecoderEngine<B> {
             request,
             &combined,
             stage_one,
-            framed.prefix_tokens.len(),
+            framed.prefix_len,
             cached,
             used,
         )

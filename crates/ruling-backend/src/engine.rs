@@ -73,6 +73,13 @@ pub enum EngineError {
     /// The request asks for something this engine cannot do (a box question on a text model).
     #[error("{0}")]
     Unsupported(String),
+    /// An image could not be read (not PNG or JPEG, corrupt, or too large to decode): its
+    /// placeholder, and why.
+    #[error("{message}")]
+    Asset {
+        placeholder: String,
+        message: String,
+    },
     /// The backend broke its contract while answering.
     #[error(transparent)]
     Contract(#[from] ContractError),

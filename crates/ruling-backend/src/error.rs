@@ -44,6 +44,12 @@ pub enum BackendError {
     /// A prompt to generate from is empty or does not leave room to write.
     #[error("invalid prompt {prompt}: {reason}")]
     InvalidPrompt { prompt: usize, reason: String },
+    /// Images were given to a backend whose model reads text only.
+    #[error("this model reads text only; it cannot read images")]
+    TextOnly,
+    /// An image the backend was given could not be read.
+    #[error("image {index} cannot be read by the model: {reason}")]
+    Image { index: usize, reason: String },
     /// The work stopped between forward passes because its caller asked (see [`crate::Cancel`]).
     #[error("stopped before the end: {0}")]
     Stopped(crate::Stopped),

@@ -24,12 +24,15 @@ mod decision;
 mod engine;
 mod error;
 mod generate;
+mod picture;
 mod prefix_cache;
 mod prompt;
 pub mod render;
 
 pub use answer::answer;
-pub use backend::{Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role, check_branches};
+pub use backend::{
+    Backend, BackendInfo, Branch, BranchLogits, ChatMessage, Role, VisionInfo, check_branches,
+};
 pub use cancel::{Cancel, CancelOnDrop, Stopped};
 pub use codes::{AnswerCodes, DEFAULT_CODES, MAX_CODES, two_letter_codes};
 pub use contract::{ContractReport, verify_backend, verify_backend_widened};
@@ -40,5 +43,6 @@ pub use decision::{
 pub use engine::{Engine, EngineError, EngineInfo};
 pub use error::{BackendError, BoxError, ContractError, UpstreamError, UpstreamFailure};
 pub use generate::{Decoding, Finish, Generation, Generator, Sampling, check_prompts, sample};
+pub use picture::{ImageBudget, MAX_ASPECT_RATIO, MAX_SOURCE_PIXELS, Picture, PictureError};
 pub use prefix_cache::{PrefixCache, PrefixCacheStats};
 pub use prompt::{PromptSplit, SPLIT_MARKER, split_prompt, user_head};

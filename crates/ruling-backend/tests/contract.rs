@@ -42,7 +42,7 @@ impl Toy {
                 model_id: "toy".into(),
                 revision: None,
                 context_length: 4096,
-                vision: false,
+                vision: None,
                 max_token_bytes: 0,
                 adapter_digest: None,
             },

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ruling_backend::{
     Backend, BackendError, BackendInfo, Branch, BranchLogits, Cancel, ChatMessage, DecoderEngine,
-    Engine, EngineError, EngineOptions, Layout, Stopped,
+    Engine, EngineError, EngineOptions, ImageBudget, Layout, Picture, Stopped, VisionInfo,
 };
 use ruling_schema::{
     Answer, Capabilities, EngineKind, SystemOneResponse, ValidRequest, parse_request,
@@ -40,6 +40,8 @@ struct Scripted {
     pairs: Option<fn(u8, u8) -> bool>,
     /// How long each forward pass takes: a model slow enough to time.
     pass_time: Duration,
+    /// Every prefix with images encoded: its text and its pictures' digests and sizes.
+    seen_images: Mutex<Vec<(String, Vec<(String, u32, u32)>)>>,
 }
 
 impl Scripted {
@@ -49,7 +51,7 @@ impl Scripted {
                 model_id: "scripted".into(),
                 revision: None,
                 context_length: 4096,
-                vision: false,
+                vision: None,
                 max_token_bytes: 0,
                 adapter_digest: None,
             },
@@ -61,7 +63,21 @@ impl Scripted {
             cancel_after: Mutex::new(None),
             pairs: None,
             pass_time: Duration::ZERO,
+            seen_images: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The same model reading images: `[img]` marks where one goes, and each is one token
+    /// per 4x4 square, at most 16.
+    fn seeing(mut self) -> Self {
+        self.info.vision = Some(VisionInfo {
+            marker: "[img]".into(),
+            budget: ImageBudget {
+                side: 4,
+                max_tokens: 16,
+            },
+        });
+        self
     }
 
     /// The same model, taking `pass_time` over every forward pass.
@@ -155,6 +171,36 @@ impl Backend for Scripted {
         self.prefills.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.pass_time);
         Ok(tokens.to_vec())
+    }
+
+    fn count_prefix_with_images(
+        &self,
+        text: &str,
+        images: &[&Picture],
+    ) -> Result<usize, BackendError> {
+        assert_eq!(text.matches("[img]").count(), images.len());
+        let tokens: usize = images
+            .iter()
+            .map(|p| (p.width() / 4 * (p.height() / 4)) as usize)
+            .sum();
+        Ok(self.encode(text)?.len() + tokens)
+    }
+
+    fn encode_prefix_with_images(
+        &self,
+        text: &str,
+        images: &[&Picture],
+    ) -> Result<Vec<u32>, BackendError> {
+        self.forward_passes.fetch_add(1, Ordering::SeqCst);
+        self.prefills.fetch_add(1, Ordering::SeqCst);
+        self.seen_images.lock().unwrap().push((
+            text.to_owned(),
+            images
+                .iter()
+                .map(|p| (p.digest_hex(), p.width(), p.height()))
+                .collect(),
+        ));
+        self.encode(text)
     }
 
     fn prefix_len(&self, prefix: &Vec<u32>) -> usize {
@@ -881,4 +927,152 @@ fn short_questions_stay_state_first_unless_asked_otherwise() {
     }));
     let alone = with_layout(Layout::QuestionFirst).evaluate(&alone).unwrap();
     assert_eq!(alone.answers["urgency"], forced.answers["urgency"]);
+}
+
+/// A PNG of `width x height` whose pixels follow `shade`.
+fn png(width: u32, height: u32, shade: u8) -> Vec<u8> {
+    let image = image::RgbImage::from_fn(width, height, |x, y| {
+        image::Rgb([shade, (x * 7) as u8, (y * 13) as u8])
+    });
+    let mut bytes = Vec::new();
+    image
+        .write_to(
+            &mut std::io::Cursor::new(&mut bytes),
+            image::ImageFormat::Png,
+        )
+        .unwrap();
+    bytes
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn image_request(assets: serde_json::Value, state: &str, question: &str) -> ValidRequest {
+    let body = json!({
+        "model": "m", "state": state, "assets": assets,
+        "questions": {"q": {"type": "noul", "instructions": question}},
+    });
+    parse_request(body.to_string().as_bytes(), &Capabilities::vision()).unwrap()
+}
+
+fn inline(bytes: &[u8]) -> serde_json::Value {
+    json!({"type": "image", "format": "png", "data_base64": b64(bytes)})
+}
+
+#[test]
+fn images_are_named_in_the_text_shown_after_the_state_and_decoded_once() {
+    let engine = engine(Scripted::new(vec![0.0; 4], true).seeing(), 1, false);
+    let photo = png(64, 48, 10);
+    let request = image_request(
+        json!({"<a>": inline(&photo), "<b>": inline(&photo), "<c>": inline(&png(8, 8, 200))}),
+        "Receipt <a>, again <b>, and a logo <c>.",
+        "Is <a> a receipt?",
+    );
+    let response = engine.evaluate(&request).unwrap();
+    response.check_against(&request).unwrap();
+    let seen = engine.backend().seen_images.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "one prefix");
+    let (text, pictures) = &seen[0];
+    // The same bytes under two placeholders are one image.
+    assert_eq!(pictures.len(), 2, "{pictures:?}");
+    assert!(
+        text.contains("Receipt <image 1>, again <image 1>, and a logo <image 2>.\n<image 1>: [img]\n<image 2>: [img]\n"),
+        "{text}"
+    );
+    // Resized to the budget: at most 16 tokens of 4x4, edges on the grid.
+    let (_, w, h) = &pictures[0];
+    assert!(
+        w % 4 == 0 && h % 4 == 0 && (w / 4) * (h / 4) <= 16,
+        "{w}x{h}"
+    );
+    assert_eq!(pictures[1].1, 8);
+    // Usage counts the images' tokens.
+    let text_only = engine
+        .evaluate(&request_about(
+            "Receipt <image 1>, again <image 1>, and a logo <image 2>.",
+        ))
+        .unwrap();
+    assert!(response.usage.input_tokens > text_only.usage.input_tokens);
+}
+
+fn request_about(state: &str) -> ValidRequest {
+    request(json!({
+        "model": "m", "state": state,
+        "questions": {"q": {"type": "noul", "instructions": "Is <image 1> a receipt?"}},
+    }))
+}
+
+#[test]
+fn the_same_images_reuse_the_prefix_and_other_images_do_not() {
+    let engine = engine(Scripted::new(vec![0.0; 4], true).seeing(), 1, false);
+    let ask = |shade| {
+        let request = image_request(
+            json!({"<a>": inline(&png(16, 16, shade))}),
+            "Look: <a>",
+            "Is <a> dark?",
+        );
+        engine.evaluate(&request).unwrap()
+    };
+    let prefills = || engine.backend().prefills.load(Ordering::SeqCst);
+    let before = prefills();
+    ask(1);
+    ask(1);
+    assert_eq!(prefills(), before + 1);
+    ask(2);
+    assert_eq!(
+        prefills(),
+        before + 2,
+        "another picture with the same text is another prefix"
+    );
+}
+
+#[test]
+fn an_unreadable_image_is_refused_by_its_placeholder_before_any_forward_pass() {
+    let engine = engine(Scripted::new(vec![0.0; 4], true).seeing(), 1, false);
+    let passes = || engine.backend().forward_passes.load(Ordering::SeqCst);
+    let before = passes();
+    let mut cut = png(32, 32, 5);
+    cut.truncate(cut.len() - 20);
+    let request = image_request(
+        json!({"<ok>": inline(&png(8, 8, 1)), "<bad>": inline(&cut)}),
+        "<ok> and <bad>",
+        "Same?",
+    );
+    match engine.evaluate(&request).unwrap_err() {
+        EngineError::Asset {
+            placeholder,
+            message,
+        } => {
+            assert_eq!(placeholder, "<bad>");
+            assert!(message.contains("cannot be read"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(passes(), before);
+}
+
+#[test]
+fn a_box_question_on_a_model_without_coordinates_is_refused_clearly() {
+    let engine = engine(Scripted::new(vec![0.0; 4], true).seeing(), 1, false);
+    let body = json!({
+        "model": "m", "state": "<a>", "assets": {"<a>": inline(&png(8, 8, 1))},
+        "questions": {"where": {"type": "box", "instructions": "Where is the logo?"}},
+    });
+    let request = parse_request(body.to_string().as_bytes(), &Capabilities::vision()).unwrap();
+    let err = engine.evaluate(&request).unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Unsupported(m) if m.contains("\"where\"") && m.contains("coordinate")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_text_engine_refuses_images() {
+    let engine = engine(Scripted::new(vec![0.0; 4], true), 1, false);
+    assert!(!engine.info().capabilities.vision);
+    let request = image_request(json!({"<a>": inline(&png(8, 8, 1))}), "<a>", "Dark?");
+    let err = engine.evaluate(&request).unwrap_err();
+    assert!(err.to_string().contains("reads text only"), "{err}");
 }

@@ -74,7 +74,7 @@ impl CandleBackend {
                 model_id,
                 revision: options.revision.clone(),
                 context_length,
-                vision: false,
+                vision: None,
                 max_token_bytes: text.tokenizer().max_token_bytes(),
                 adapter_digest: None,
             },

@@ -159,7 +159,7 @@ impl LlamaCppBackend {
                 model_id,
                 revision: options.revision.clone(),
                 context_length,
-                vision: false,
+                vision: None,
                 max_token_bytes: text.tokenizer().max_token_bytes(),
                 adapter_digest: None,
             },

@@ -119,7 +119,7 @@ impl OpenAiBackend {
             model_id,
             revision,
             context_length: options.context_length,
-            vision: false,
+            vision: None,
             max_token_bytes: text.tokenizer().max_token_bytes(),
             adapter_digest: None,
         };

@@ -24,8 +24,8 @@ pub use valid::{
     AssetData, ChoiceOption, QuestionKind, ValidAsset, ValidQuestion, ValidRequest, ValidState,
 };
 pub use validate::{
-    Capabilities, MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, MIN_CHOICE_OPTIONS, MIN_SCORE_LEVELS,
-    QUESTION_TYPES, parse_request, validate,
+    Capabilities, DEFAULT_MAX_IMAGES, MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, MIN_CHOICE_OPTIONS,
+    MIN_SCORE_LEVELS, QUESTION_TYPES, parse_request, validate,
 };
 pub use wire::{
     Answer, Asset, AssetKind, AssetSource, BoxRegion, ImageFormat, ModelInfo, ModelsList,

@@ -39,6 +39,47 @@ pub(crate) fn kind_name(value: &Value) -> &'static str {
     }
 }
 
+/// `value` with [`replace_all`] applied to every string in it (object keys left alone).
+fn replace_in_strings(value: &Value, pairs: &[(&str, &str)]) -> Value {
+    match value {
+        Value::String(s) => Value::String(replace_all(s, pairs)),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| replace_in_strings(v, pairs)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), replace_in_strings(v, pairs)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `text` with each `from` replaced by its `to`, scanning once from the start: at each place
+/// the longest `from` that matches there is replaced, and the scan goes on after it.
+pub fn replace_all(text: &str, pairs: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        let found = pairs
+            .iter()
+            .filter(|(from, _)| !from.is_empty() && rest.starts_with(from))
+            .max_by_key(|(from, _)| from.len());
+        match found {
+            Some((from, to)) => {
+                out.push_str(to);
+                rest = &rest[from.len()..];
+            }
+            None => {
+                let step = rest.chars().next().map_or(1, char::len_utf8);
+                out.push_str(&rest[..step]);
+                rest = &rest[step..];
+            }
+        }
+    }
+    out
+}
+
 /// The impls `Text` and `State` share: a JSON value of a few accepted kinds, rendered to
 /// prompt text by [`render_text`], refused with a message naming the accepted kinds.
 macro_rules! json_text {
@@ -63,6 +104,13 @@ macro_rules! json_text {
             /// The prompt text, as [`render_text`] renders it.
             pub fn render(&self) -> String {
                 render_text(&self.0)
+            }
+
+            /// The same value with every occurrence of each `(from, to)` pair's `from` in its
+            /// strings (not object keys) replaced by `to`, in one pass: where several match at
+            /// one place the longest wins, and replaced text is never searched again.
+            pub fn replacing(&self, pairs: &[(&str, &str)]) -> Self {
+                Self(replace_in_strings(&self.0, pairs))
             }
         }
 
@@ -204,5 +252,21 @@ mod tests {
                 prop_assert_eq!(back, value);
             }
         }
+    }
+
+    #[test]
+    fn replacing_is_one_pass_and_the_longest_match_wins() {
+        let pairs = [
+            ("<img>", "<image 1>"),
+            ("<img>2", "<image 2>"),
+            ("image", "X"),
+        ];
+        assert_eq!(
+            replace_all("see <img> and <img>2, an image", &pairs),
+            "see <image 1> and <image 2>, an X"
+        );
+        // Replaced text is not searched again, and other text (multibyte too) is kept.
+        assert_eq!(replace_all("é<img>ü", &pairs[..1]), "é<image 1>ü");
+        assert_eq!(replace_all("nothing here", &[]), "nothing here");
     }
 }

@@ -50,6 +50,61 @@ impl ValidRequest {
         &self.assets
     }
 
+    /// This request with every asset placeholder in the state, instructions and criteria
+    /// (option keys excepted: they are the client's names for its options) replaced by the
+    /// name `names` gives it, and no assets: what a vision engine asks once the images
+    /// themselves are in the prompt under those names.
+    pub fn naming_images(&self, names: &[(&str, &str)]) -> ValidRequest {
+        let kind = |kind: &QuestionKind| match kind {
+            QuestionKind::Noul {
+                instructions,
+                if_true,
+                if_false,
+            } => QuestionKind::Noul {
+                instructions: instructions.replacing(names),
+                if_true: if_true.as_ref().map(|t| t.replacing(names)),
+                if_false: if_false.as_ref().map(|t| t.replacing(names)),
+            },
+            QuestionKind::Choice {
+                instructions,
+                options,
+            } => QuestionKind::Choice {
+                instructions: instructions.replacing(names),
+                options: options
+                    .iter()
+                    .map(|o| ChoiceOption {
+                        key: o.key.clone(),
+                        description: o.description.as_ref().map(|t| t.replacing(names)),
+                    })
+                    .collect(),
+            },
+            QuestionKind::Score {
+                instructions,
+                levels,
+            } => QuestionKind::Score {
+                instructions: instructions.replacing(names),
+                levels: levels.iter().map(|t| t.replacing(names)).collect(),
+            },
+            QuestionKind::Box { instructions } => QuestionKind::Box {
+                instructions: instructions.replacing(names),
+            },
+        };
+        ValidRequest {
+            model: self.model.clone(),
+            state: self.state.replacing(names),
+            questions: self
+                .questions
+                .iter()
+                .map(|q| ValidQuestion {
+                    id: q.id.clone(),
+                    kind: kind(&q.kind),
+                })
+                .collect(),
+            assets: Vec::new(),
+            trace: self.trace,
+        }
+    }
+
     /// Whether the client asked for an evaluation trace.
     pub fn trace(&self) -> bool {
         self.trace

@@ -43,6 +43,10 @@ use crate::wire::{ImageFormat, SystemOneRequest};
 pub const MIN_CHOICE_OPTIONS: usize = 2;
 /// Most options a choice may have under System One v1.
 pub const MAX_CHOICE_OPTIONS: usize = 255;
+
+/// Images one request may carry unless the server says otherwise: each becomes up to a
+/// thousand tokens of prefix, so a handful already makes a long prompt.
+pub const DEFAULT_MAX_IMAGES: usize = 8;
 /// Fewest levels a score may have.
 pub const MIN_SCORE_LEVELS: usize = 2;
 /// Most levels a score may have.
@@ -56,6 +60,8 @@ pub const QUESTION_TYPES: [&str; 4] = ["noul", "choice", "score", "box"];
 pub struct Capabilities {
     /// Whether the model reads images (assets and `box` questions).
     pub vision: bool,
+    /// Most images one request may carry on a vision model.
+    pub max_images: usize,
     /// Most options one choice may have, at most [`MAX_CHOICE_OPTIONS`] in practice.
     pub max_choice_options: usize,
 }
@@ -64,6 +70,7 @@ impl Default for Capabilities {
     fn default() -> Self {
         Self {
             vision: false,
+            max_images: DEFAULT_MAX_IMAGES,
             max_choice_options: MAX_CHOICE_OPTIONS,
         }
     }
@@ -395,6 +402,21 @@ impl<'c> Validator<'c> {
             ),
         }
 
+        if self.caps.vision && asset_count > self.caps.max_images {
+            let model_name = model.as_deref().unwrap_or("this model");
+            self.push(
+                ErrorDetail::new(
+                    assets_loc.clone(),
+                    "value_error",
+                    format!(
+                        "Value error, {asset_count} images sent, over the {} one request may \
+                         carry on model {model_name:?}",
+                        self.caps.max_images
+                    ),
+                )
+                .with_ctx(json!({"max_images": self.caps.max_images, "assets": asset_count})),
+            );
+        }
         if !self.caps.vision {
             if asset_count > 0 {
                 let model_name = model.as_deref().unwrap_or("this model");
@@ -403,8 +425,8 @@ impl<'c> Validator<'c> {
                         assets_loc,
                         "value_error",
                         format!(
-                            "Value error, model {model_name:?} reads no images; got {asset_count} \
-                             asset(s). Send images to a vision model."
+                            "Value error, model {model_name:?} reads text only; got \
+                             {asset_count} image asset(s). Send images to a vision model."
                         ),
                     )
                     .with_ctx(json!({"vision": false, "assets": asset_count})),
@@ -419,7 +441,7 @@ impl<'c> Validator<'c> {
                             "value_error",
                             format!(
                                 "Value error, question {:?} is a box question, and box questions \
-                                 need a vision model; model {model_name:?} reads no images",
+                                 need a vision model; model {model_name:?} reads text only",
                                 q.id
                             ),
                         )

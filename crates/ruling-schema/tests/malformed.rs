@@ -473,7 +473,7 @@ fn assets_and_box_questions_on_a_text_only_model() {
         &details[0],
         json!(["body", "assets"]),
         "value_error",
-        "reads no images",
+        "reads text only",
     );
     assert_error(
         &details[1],
@@ -481,6 +481,36 @@ fn assets_and_box_questions_on_a_text_only_model() {
         "value_error",
         "box questions need a vision model",
     );
+}
+
+#[test]
+fn more_images_than_the_model_takes_in_one_request() {
+    let caps = Capabilities {
+        max_images: 2,
+        ..Capabilities::vision()
+    };
+    let asset = json!({"type": "image", "format": "png", "data_base64": "iVBORw0KGgo="});
+    let body = json!({
+        "model": "m",
+        "state": "<a> <b> <c>",
+        "questions": {"q1": {"type": "noul", "instructions": "Same?"}},
+        "assets": {"<a>": asset, "<b>": asset, "<c>": asset}
+    });
+    let body = serde_json::to_vec(&body).expect("serialises");
+    let detail = only(errors_with(&body, &caps));
+    assert_error(
+        &detail,
+        json!(["body", "assets"]),
+        "value_error",
+        "3 images sent, over the 2 one request may carry",
+    );
+    let two = json!({
+        "model": "m",
+        "state": "<a> <b>",
+        "questions": {"q1": {"type": "noul", "instructions": "Same?"}},
+        "assets": {"<a>": asset, "<b>": asset}
+    });
+    assert!(parse_request(&serde_json::to_vec(&two).expect("serialises"), &caps).is_ok());
 }
 
 #[test]

@@ -144,6 +144,14 @@ impl From<EngineError> for ApiError {
             EngineError::Backend(error @ BackendError::ContextExceeded { .. }) => {
                 Self::at(body(), "value_error", error.to_string())
             }
+            // An image that cannot be read: a 422 naming its placeholder.
+            EngineError::Asset {
+                placeholder,
+                message,
+            } => Self::at(at(&["assets", &placeholder]), "value_error", message),
+            EngineError::Backend(error @ (BackendError::Image { .. } | BackendError::TextOnly)) => {
+                Self::at(at(&["assets"]), "value_error", error.to_string())
+            }
             EngineError::Unsupported(message) => {
                 Self::at(at(&["questions"]), "value_error", message)
             }

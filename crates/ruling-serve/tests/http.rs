@@ -469,7 +469,7 @@ async fn multipart_images_are_refused_by_a_text_model() {
     )
     .await;
     assert_eq!(status, 422, "{answer}");
-    assert!(messages(&answer).contains("reads no images"), "{answer}");
+    assert!(messages(&answer).contains("reads text only"), "{answer}");
     // The part was attached (format read from the bytes), so that is the only complaint.
     assert_eq!(locs(&answer), [json!(["body", "assets"])], "{answer}");
 }

@@ -9,6 +9,7 @@ use super::{
     DecoderEngine, EngineError, Layout, QUESTION_FIRST_MIN_BYTES, QUESTION_FIRST_RATIO, Shown,
 };
 use crate::backend::Backend;
+use crate::picture::Picture;
 use crate::prompt::{PromptSplit, split_prompt, user_head};
 use crate::render::{RenderedQuestion, ShownOption, choice_options, noul_options, render};
 
@@ -62,9 +63,18 @@ pub(super) fn check_branch(
 pub(super) struct Framed {
     pub(super) state: String,
     pub(super) split: PromptSplit,
+    /// The prefix's text tokens, and for each image its digest after a marker no token id
+    /// takes: exactly what the prefix cache keys it by.
     pub(super) prefix_tokens: Vec<u32>,
+    /// The tokens the prefix takes in the context, images included.
+    pub(super) prefix_len: usize,
+    /// The request's images in the order the prefix shows them (empty for text).
+    pub(super) pictures: Vec<Picture>,
     pub(super) limit: usize,
 }
+
+/// In a prefix cache key, what stands before each image's digest: no tokenizer has this id.
+const IMAGE_IN_KEY: u32 = u32::MAX;
 
 /// A Choice asked in two stages: each option alone as a yes/no, then the strongest few.
 pub(super) struct WideChoice {
@@ -160,7 +170,7 @@ impl<B: Backend> DecoderEngine<B> {
         }
         for rendered in self.choice_rotations(instructions, &choice_options(options)) {
             let branch = self.encode_branch(&rendered, &framed.split.tail)?;
-            if framed.prefix_tokens.len() + branch.len() > framed.limit {
+            if framed.prefix_len + branch.len() > framed.limit {
                 return Ok(true);
             }
         }
@@ -263,7 +273,11 @@ impl<B: Backend> DecoderEngine<B> {
 
     /// Render the state, cut the prompt after it and encode the prefix; refuse a state that
     /// cannot fit the context.
-    pub(super) fn frame(&self, state: &ValidState) -> Result<Framed, EngineError> {
+    pub(super) fn frame(
+        &self,
+        state: &ValidState,
+        pictures: Vec<Picture>,
+    ) -> Result<Framed, EngineError> {
         let state = state.render();
         let limit = self.info.max_context;
         // Tokenizing megabytes takes seconds; a state that cannot fit whatever its tokens is
@@ -279,18 +293,43 @@ impl<B: Backend> DecoderEngine<B> {
                 ),
             });
         }
-        let split = split_prompt(
-            &self.backend,
-            &self.options.system_prompt,
-            &user_head(&state),
-        )?;
-        let prefix_tokens = self.backend.encode(&split.prefix)?;
-        if prefix_tokens.len() >= limit {
+        let head = match (&pictures[..], &self.backend.info().vision) {
+            ([], _) => user_head(&state),
+            (_, Some(vision)) => images_head(&state, pictures.len(), &vision.marker),
+            (_, None) => {
+                return Err(EngineError::Unsupported(
+                    "this model reads text only; it cannot read the request's images".to_owned(),
+                ));
+            }
+        };
+        let split = split_prompt(&self.backend, &self.options.system_prompt, &head)?;
+        let mut prefix_tokens = self.backend.encode(&split.prefix)?;
+        let prefix_len = if pictures.is_empty() {
+            prefix_tokens.len()
+        } else {
+            let shown: Vec<&Picture> = pictures.iter().collect();
+            for picture in &pictures {
+                prefix_tokens.push(IMAGE_IN_KEY);
+                prefix_tokens.extend(
+                    picture
+                        .digest()
+                        .chunks(4)
+                        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
+                );
+            }
+            self.backend
+                .count_prefix_with_images(&split.prefix, &shown)?
+        };
+        if prefix_len >= limit {
+            let images = if pictures.is_empty() {
+                ""
+            } else {
+                " with its images"
+            };
             return Err(EngineError::InputTooLong {
                 question: None,
                 message: format!(
-                    "the state makes a prompt of {} tokens, over the maximum context length of {limit} tokens for one branch",
-                    prefix_tokens.len()
+                    "the state{images} makes a prompt of {prefix_len} tokens, over the maximum context length of {limit} tokens for one branch"
                 ),
             });
         }
@@ -298,6 +337,8 @@ impl<B: Backend> DecoderEngine<B> {
             state,
             split,
             prefix_tokens,
+            prefix_len,
+            pictures,
             limit,
         })
     }
@@ -335,7 +376,9 @@ impl<B: Backend> DecoderEngine<B> {
                 }
             }
             let rotations = self.rotations(kind);
-            if self.asks_question_first(&rotations, &framed.state) {
+            // The images are in the state's prefix, so a request with images is asked
+            // state-first.
+            if framed.pictures.is_empty() && self.asks_question_first(&rotations, &framed.state) {
                 self.plan_question_first(&mut plan, index, &rotations, &framed.state)?;
             } else {
                 self.plan_state_first(&mut plan, index, &rotations, &framed.split.tail)?;
@@ -377,11 +420,7 @@ impl<B: Backend> DecoderEngine<B> {
             .map(|r| self.encode_branch(r, &framed.split.tail).map(|t| t.len()))
             .collect::<Result<Vec<_>, _>>()?;
         let widest = bound.iter().copied().max().unwrap_or(0);
-        check_branch(
-            &questions[index],
-            framed.prefix_tokens.len() + widest,
-            framed.limit,
-        )?;
+        check_branch(&questions[index], framed.prefix_len + widest, framed.limit)?;
         plan.wide.push(WideChoice {
             question: index,
             options: shown,
@@ -458,7 +497,7 @@ impl<B: Backend> DecoderEngine<B> {
         plan: &Plan,
         framed: &Framed,
     ) -> Result<Budget, EngineError> {
-        let prefix = framed.prefix_tokens.len();
+        let prefix = framed.prefix_len;
         let before_branch = |pass: &Pass| match pass.base {
             Base::State => prefix + pass.stem.map_or(0, |s| plan.stems[s].len()),
             Base::Head(head) => plan.heads[head].len(),
@@ -523,4 +562,21 @@ pub(super) struct Budget {
     pub state: usize,
     /// Every token the request reads: the state, stems, heads, branches and final passes.
     pub total: usize,
+}
+
+/// The user turn up to the split with images: the state, then each image under its name
+/// (`<image 1>: ` and the backend's marker) on a line of its own. It ends with one newline, as
+/// [`user_head`] does, so the seam between prefix and branch is the one `verify_backend`
+/// proved.
+fn images_head(state: &str, images: usize, marker: &str) -> String {
+    let mut head = user_head(state);
+    for number in 1..=images {
+        head.push_str(&format!("{}: {marker}\n", image_name(number)));
+    }
+    head
+}
+
+/// What the prompt calls the `number`th image (from 1).
+pub(super) fn image_name(number: usize) -> String {
+    format!("<image {number}>")
 }

@@ -452,7 +452,7 @@ impl<B: Backend> DecoderEngine<B> {
                 let tokens = self.encode_branch(&rendered, &framed.split.tail)?;
                 check_branch(
                     &questions[wide.question],
-                    framed.prefix_tokens.len() + tokens.len(),
+                    framed.prefix_len + tokens.len(),
                     framed.limit,
                 )?;
                 passes.push(Pass {
