@@ -13,13 +13,17 @@
 //! `qwen3` and `gemma3`. Two tiny encoders, `tiny-bert` (all-MiniLM-L6-v2-shaped) and
 //! `tiny-modernbert` (ModernBERT-base-shaped, with global and sliding-window layers), share a
 //! WordPiece tokenizer whose vocabulary is counted out of the same corpus; the decision encoder
-//! is compared on them against candle-transformers' `bert` and `modernbert`. `manifest.json`
+//! is compared on them against candle-transformers' `bert` and `modernbert`. `tiny-qwen2vl`
+//! is a Qwen2-VL as llama.cpp reads it: tiny-qwen2's decoder as a `qwen2vl` GGUF (M-RoPE
+//! sections, Qwen2-VL's vision tokens) and a `clip` vision projector GGUF (`qwen2vl_merger`),
+//! for the multimodal path through llama.cpp's mtmd. `manifest.json`
 //! records every file's sha256; a run whose manifest, seed and generator version already match
 //! does nothing.
 
 mod corpus;
 mod encoder;
 mod gguf;
+mod qwen2vl;
 mod templates;
 #[cfg(test)]
 mod tests;
@@ -41,7 +45,7 @@ use tokenizer::{Layout, TrainedTokenizer};
 use weights::{Arch, Gemma3Spec, Spec};
 
 /// Bump whenever the bytes written for a given seed change, so stale fixtures are regenerated.
-const GENERATOR_VERSION: u32 = 4;
+const GENERATOR_VERSION: u32 = 5;
 const DEFAULT_SEED: u64 = 20_261_130;
 /// Ids in each trained tokenizer, special tokens included.
 const TOKENIZER_SIZE: usize = 768;
@@ -323,6 +327,51 @@ fn write_decoders(
                 started.elapsed().as_millis()
             );
         }
+    }
+    write_qwen2vl(written, &qwen2, seed, verbose)
+}
+
+/// The text model of the tiny Qwen2-VL: tiny-qwen2's spec, so its weights (keyed by the spec's
+/// name) are tiny-qwen2's too.
+fn qwen2vl_text_spec() -> Spec {
+    specs()
+        .into_iter()
+        .map(|(spec, _)| spec)
+        .find(|spec| spec.arch == Arch::Qwen2)
+        .expect("the qwen2 decoder is among the specs")
+}
+
+/// `tiny-qwen2vl.gguf` (tiny-qwen2 as llama.cpp's `qwen2vl`, with the vision tokens) and
+/// `tiny-qwen2vl-mmproj.gguf` (the `qwen2vl_merger` vision projector clip.cpp loads).
+fn write_qwen2vl(
+    written: &mut Written<'_>,
+    tok: &TrainedTokenizer,
+    seed: u64,
+    verbose: bool,
+) -> Result<()> {
+    let started = Instant::now();
+    let spec = qwen2vl_text_spec();
+    let text = weights::hf_tensors(&spec, seed);
+    written.write(
+        format!("{}.gguf", qwen2vl::TEXT_NAME),
+        &qwen2vl::text_gguf_bytes(&spec, tok, &text)?,
+    )?;
+    let vision = qwen2vl::vision_spec(spec.hidden_size);
+    written.write(
+        format!("{}.gguf", qwen2vl::MMPROJ_NAME),
+        &qwen2vl::mmproj_gguf_bytes(&vision, seed)?,
+    )?;
+    if verbose {
+        eprintln!(
+            "fixtures: {} ({}, tiny-qwen2's weights) and {} ({}, {} blocks, width {}) in {} ms",
+            qwen2vl::TEXT_NAME,
+            qwen2vl::TEXT_ARCH,
+            qwen2vl::MMPROJ_NAME,
+            qwen2vl::PROJECTOR_TYPE,
+            vision.depth,
+            vision.embed_dim,
+            started.elapsed().as_millis()
+        );
     }
     Ok(())
 }
