@@ -43,6 +43,9 @@ pub use decision::{
 pub use engine::{Engine, EngineError, EngineInfo};
 pub use error::{BackendError, BoxError, ContractError, UpstreamError, UpstreamFailure};
 pub use generate::{Decoding, Finish, Generation, Generator, Sampling, check_prompts, sample};
-pub use picture::{ImageBudget, MAX_ASPECT_RATIO, MAX_SOURCE_PIXELS, Picture, PictureError};
+pub use picture::{
+    DEFAULT_MAX_IMAGE_TOKENS, ImageBudget, MAX_ASPECT_RATIO, MAX_SOURCE_PIXELS, Picture,
+    PictureError,
+};
 pub use prefix_cache::{PrefixCache, PrefixCacheStats};
 pub use prompt::{PromptSplit, SPLIT_MARKER, split_prompt, user_head};

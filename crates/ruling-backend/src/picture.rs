@@ -15,6 +15,11 @@ use sha2::{Digest, Sha256};
 /// larger picture is refused from its header, before its pixels are allocated.
 pub const MAX_SOURCE_PIXELS: u64 = 40_000_000;
 
+/// Tokens one image may become unless the caller says otherwise: about a megapixel on
+/// Qwen2-VL (28 x 28 pixels per token), and the thousand tokens below which Qwen-VL models
+/// start to lose detail.
+pub const DEFAULT_MAX_IMAGE_TOKENS: u32 = 1024;
+
 /// The widest aspect ratio (long edge over short edge) an image may have after resizing to the
 /// token grid: a thinner strip would be one token across.
 pub const MAX_ASPECT_RATIO: u32 = 200;

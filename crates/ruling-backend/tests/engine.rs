@@ -20,6 +20,10 @@ const SPECIALS: [&str; 2] = ["<|im_start|>", "<|im_end|>"];
 /// Token ids of merged letter pairs start here, past every `char`.
 const PAIR_BASE: u32 = 0x20_0000;
 
+/// A prefix with images as the backend was given it: its text, and each picture's digest and
+/// size.
+type SeenPrefix = (String, Vec<(String, u32, u32)>);
+
 /// Char-level tokenizer, ChatML template, formula model.
 #[derive(Debug)]
 struct Scripted {
@@ -40,8 +44,8 @@ struct Scripted {
     pairs: Option<fn(u8, u8) -> bool>,
     /// How long each forward pass takes: a model slow enough to time.
     pass_time: Duration,
-    /// Every prefix with images encoded: its text and its pictures' digests and sizes.
-    seen_images: Mutex<Vec<(String, Vec<(String, u32, u32)>)>>,
+    /// Every prefix with images encoded: its text and its pictures.
+    seen_images: Mutex<Vec<SeenPrefix>>,
 }
 
 impl Scripted {

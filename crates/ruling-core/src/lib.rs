@@ -166,6 +166,13 @@ pub struct Options {
     pub layout: Layout,
     /// How a remote engine (`openai:URL#MODEL`, `systemone:URL#MODEL`) reaches its server.
     pub remote: RemoteOptions,
+    /// The vision projector of a vision-language GGUF (llama.cpp's `mmproj` file), on the
+    /// llama backend: with it the model reads the images of a request.
+    pub mmproj: Option<PathBuf>,
+    /// Most tokens one image may become on a vision model: each image is resized to fit.
+    pub max_image_tokens: u32,
+    /// Most images one request may carry on a vision model.
+    pub max_images: usize,
 }
 
 impl Default for Options {
@@ -189,6 +196,9 @@ impl Default for Options {
             max_options_per_pass: EngineOptions::default().max_options_per_pass,
             layout: Layout::default(),
             remote: RemoteOptions::default(),
+            mmproj: None,
+            max_image_tokens: ruling_backend::DEFAULT_MAX_IMAGE_TOKENS,
+            max_images: ruling_schema::DEFAULT_MAX_IMAGES,
         }
     }
 }
@@ -222,6 +232,12 @@ pub enum CoreError {
     #[cfg(feature = "llama-cpp")]
     #[error(transparent)]
     Llama(#[from] ruling_llama::LoadError),
+    /// A vision projector given for a backend that cannot read images.
+    #[error(
+        "images are read on the llama backend only (through llama.cpp's multimodal library); \
+         serve {model} with --backend llama to use its vision projector"
+    )]
+    VisionNeedsLlama { model: String },
     /// `DecoderBackend::Llama` asked of a build without the `llama-cpp` feature.
     #[error(
         "this build has no llama.cpp backend (the `llama-cpp` feature of ruling-core is off); \
@@ -325,6 +341,11 @@ impl Ruling {
             return Self::load_encoder(&model.path, options);
         }
         match options.backend {
+            DecoderBackend::Candle if options.mmproj.is_some() => {
+                Err(CoreError::VisionNeedsLlama {
+                    model: spec.to_owned(),
+                })
+            }
             DecoderBackend::Candle => Self::decoder(spec, model.candle(options)?, options),
             #[cfg(feature = "llama-cpp")]
             DecoderBackend::Llama => Self::decoder(spec, model.llama(options)?, options),
@@ -518,6 +539,7 @@ fn engine_options(
         shared_stems: options.shared_stems,
         max_options_per_pass: options.max_options_per_pass,
         layout: options.layout,
+        max_images: options.max_images,
         ..EngineOptions::default()
     }
 }
@@ -574,6 +596,8 @@ impl Pulled {
             context_length: options.max_context,
             model_id: Some(self.model_id.clone()),
             revision: self.revision.clone(),
+            mmproj: options.mmproj.clone(),
+            max_image_tokens: options.max_image_tokens,
             ..ruling_llama::LoadOptions::default()
         };
         Ok(ruling_llama::LlamaCppBackend::load(&self.path, &load)?)

@@ -1,21 +1,22 @@
 //! [`LlamaCppBackend`]: a GGUF decoder on llama.cpp behind the [`Backend`] port, tokenized and
 //! templated by the project's own code so both backends read the same ids.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use llama_cpp_2::llama_backend::LlamaBackend as Runtime;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::mtmd::{MtmdBitmap, MtmdContext, MtmdContextParams};
 use ruling_backend::{
     Backend, BackendError, BackendInfo, Branch, BranchLogits, Cancel, ChatMessage, Decoding,
-    Generation, Generator, Sampling,
+    Generation, Generator, ImageBudget, Picture, Sampling, VisionInfo,
 };
 use ruling_candle::{ChatText, TextTokenizer};
 
 use crate::error::LoadError;
-use crate::worker::{ContextShape, OwnedBranch, Pool, SavedPrefix};
+use crate::worker::{ContextShape, ImagePrompt, OwnedBranch, Pool, SavedPrefix};
 
 /// KV cells a context holds unless asked for more: the cache is allocated whole at load, and
 /// most models' trained windows (32K for Qwen2.5) would cost hundreds of MB per context.
@@ -46,6 +47,12 @@ pub struct LoadOptions {
     /// repacked weights a token's result depends on its row in the call (measured on
     /// Qwen2.5-Coder-0.5B: 0.23 on a logit, docs/llama.md).
     pub branches_per_decode: usize,
+    /// The vision projector (llama.cpp's `mmproj` GGUF) of a vision-language model: with it
+    /// the model reads images in the state; without it, text only.
+    pub mmproj: Option<PathBuf>,
+    /// Most tokens one image may become (default
+    /// [`ruling_backend::DEFAULT_MAX_IMAGE_TOKENS`]).
+    pub max_image_tokens: u32,
 }
 
 impl Default for LoadOptions {
@@ -61,6 +68,8 @@ impl Default for LoadOptions {
             } else {
                 1
             },
+            mmproj: None,
+            max_image_tokens: ruling_backend::DEFAULT_MAX_IMAGE_TOKENS,
         }
     }
 }
@@ -81,6 +90,9 @@ pub fn runtime() -> Result<&'static Runtime, LoadError> {
 
 /// A GGUF decoder on llama.cpp's CPU kernels, ready to serve the [`Backend`] port.
 pub struct LlamaCppBackend {
+    /// The vision projector, when the model reads images. Declared first so it is freed
+    /// before the model it points into.
+    mtmd: Option<Arc<Mutex<MtmdContext>>>,
     info: BackendInfo,
     text: ChatText,
     vocab: usize,
@@ -103,10 +115,19 @@ impl std::fmt::Debug for LlamaCppBackend {
 /// contexts (so the engine's prefix cache works across requests and workers).
 pub struct LlamaPrefix(Arc<SavedPrefix>);
 
+impl LlamaPrefix {
+    /// The cells the prefix holds and the position the next token takes: equal for text, the
+    /// position smaller once an image's grid is in (multimodal positions).
+    pub fn extent(&self) -> (usize, usize) {
+        (self.0.len, self.0.next_pos)
+    }
+}
+
 impl std::fmt::Debug for LlamaPrefix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlamaPrefix")
             .field("tokens", &self.0.len)
+            .field("next_position", &self.0.next_pos)
             .field("bytes", &self.0.state.byte_len())
             .finish()
     }
@@ -149,17 +170,25 @@ impl LlamaCppBackend {
         let vocab = usize::try_from(model.n_vocab()).unwrap_or(0);
         let model = Arc::new(model);
         let pool = Pool::start(runtime, Arc::clone(&model), shape, contexts)?;
+        let (mtmd, vision) = match &options.mmproj {
+            Some(mmproj) => {
+                let (mtmd, vision) = load_projector(mmproj, &model, options, threads)?;
+                (Some(Arc::new(Mutex::new(mtmd))), Some(vision))
+            }
+            None => (None, None),
+        };
         let model_id = options.model_id.clone().unwrap_or_else(|| {
             path.file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default()
         });
         Ok(Self {
+            mtmd,
             info: BackendInfo {
                 model_id,
                 revision: options.revision.clone(),
                 context_length,
-                vision: None,
+                vision,
                 max_token_bytes: text.tokenizer().max_token_bytes(),
                 adapter_digest: None,
             },
@@ -185,6 +214,50 @@ impl LlamaCppBackend {
             .into_iter()
             .map(|t| t.0 as u32)
             .collect()
+    }
+
+    /// A prompt with images for llama.cpp's multimodal library, or the reason there is none.
+    fn image_prompt(
+        &self,
+        text: &str,
+        images: &[&Picture],
+    ) -> Result<(Arc<Mutex<MtmdContext>>, ImagePrompt), BackendError> {
+        let Some(mtmd) = &self.mtmd else {
+            return Err(BackendError::TextOnly);
+        };
+        let bitmaps = images
+            .iter()
+            .enumerate()
+            .map(|(index, picture)| {
+                MtmdBitmap::from_image_data(picture.width(), picture.height(), picture.rgb())
+                    .map_err(|err| BackendError::Image {
+                        index,
+                        reason: err.to_string(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((
+            Arc::clone(mtmd),
+            ImagePrompt {
+                text: text.to_owned(),
+                bitmaps,
+            },
+        ))
+    }
+
+    /// The code logits after `text` (with its images at their markers) run whole in one
+    /// evaluation by llama.cpp's multimodal helper: the reference that a prefix encoded with
+    /// [`Backend::encode_prefix_with_images`] and a branch scored after it must match.
+    pub fn reference_with_images(
+        &self,
+        text: &str,
+        images: &[&Picture],
+        codes: &[u32],
+    ) -> Result<BranchLogits, BackendError> {
+        let (mtmd, prompt) = self.image_prompt(text, images)?;
+        let codes = codes.to_vec();
+        self.pool
+            .run(move |worker| worker.full_pass(&prompt, &mtmd, &codes))?
     }
 
     /// Prefix tokens appended after `base` tokens fit the context and are inside the
@@ -260,6 +333,31 @@ impl Backend for LlamaCppBackend {
         let id = self.next_prefix.fetch_add(1, Ordering::Relaxed);
         let tokens = tokens.to_vec();
         let saved = self.pool.run(move |worker| worker.prefill(id, &tokens))??;
+        Ok(LlamaPrefix(Arc::new(saved)))
+    }
+
+    fn count_prefix_with_images(
+        &self,
+        text: &str,
+        images: &[&Picture],
+    ) -> Result<usize, BackendError> {
+        let (mtmd, prompt) = self.image_prompt(text, images)?;
+        let mtmd = mtmd.lock().map_err(|_| BackendError::Forward {
+            source: "the multimodal context was poisoned by a panic".into(),
+        })?;
+        Ok(prompt.chunks(&mtmd)?.total_tokens())
+    }
+
+    fn encode_prefix_with_images(
+        &self,
+        text: &str,
+        images: &[&Picture],
+    ) -> Result<LlamaPrefix, BackendError> {
+        let (mtmd, prompt) = self.image_prompt(text, images)?;
+        let id = self.next_prefix.fetch_add(1, Ordering::Relaxed);
+        let saved = self
+            .pool
+            .run(move |worker| worker.prefill_images(id, &prompt, &mtmd))??;
         Ok(LlamaPrefix(Arc::new(saved)))
     }
 
@@ -348,4 +446,61 @@ impl Generator for LlamaCppBackend {
     fn decode(&self, tokens: &[u32]) -> Result<String, BackendError> {
         self.text.decode(tokens)
     }
+}
+
+/// Load a vision projector for `model`, and say how the engine should size images for it: one
+/// token per (patch x merge)^2 square of pixels, as the projector's metadata gives them.
+fn load_projector(
+    mmproj: &Path,
+    model: &LlamaModel,
+    options: &LoadOptions,
+    threads: usize,
+) -> Result<(MtmdContext, VisionInfo), LoadError> {
+    let failed = |message: String| LoadError::Projector {
+        path: mmproj.to_path_buf(),
+        message,
+    };
+    if !mmproj.is_file() {
+        return Err(failed("there is no such file".to_owned()));
+    }
+    let meta = llama_cpp_2::gguf::GgufContext::from_file(mmproj)
+        .ok_or_else(|| failed("it is not a GGUF file".to_owned()))?;
+    let read = |key: &str| {
+        let index = meta.find_key(key);
+        (index >= 0).then(|| meta.val_u32(index))
+    };
+    let patch = read("clip.vision.patch_size").ok_or_else(|| {
+        failed("it has no clip.vision.patch_size: not a vision projector".to_owned())
+    })?;
+    // Qwen2-VL's projector leaves the merge size out (llama.cpp assumes 2).
+    let merge = read("clip.vision.spatial_merge_size").unwrap_or(2);
+    let max_tokens = options.max_image_tokens.max(1);
+    let params = MtmdContextParams {
+        use_gpu: false,
+        print_timings: false,
+        n_threads: i32::try_from(threads).unwrap_or(1),
+        image_max_tokens: i32::try_from(max_tokens).unwrap_or(i32::MAX),
+        ..MtmdContextParams::default()
+    };
+    let path = mmproj
+        .to_str()
+        .ok_or_else(|| failed("its path is not UTF-8".to_owned()))?;
+    let mtmd = MtmdContext::init_from_file(path, model, &params).map_err(|err| {
+        failed(format!(
+            "llama.cpp's multimodal library refused it ({err}); is it the projector made for this model?"
+        ))
+    })?;
+    if !mtmd.support_vision() {
+        return Err(failed("it reads no images".to_owned()));
+    }
+    Ok((
+        mtmd,
+        VisionInfo {
+            marker: llama_cpp_2::mtmd::mtmd_default_marker().to_owned(),
+            budget: ImageBudget {
+                side: patch * merge,
+                max_tokens,
+            },
+        },
+    ))
 }

@@ -20,6 +20,9 @@ pub enum LoadError {
     Model { path: PathBuf, message: String },
     #[error("llama.cpp could not create a context of {n_ctx} tokens: {message}")]
     Context { n_ctx: u32, message: String },
+    /// The vision projector (`mmproj`) could not be loaded for this model.
+    #[error("the vision projector {path} could not be loaded: {message}")]
+    Projector { path: PathBuf, message: String },
     #[error("could not start a llama.cpp worker thread: {0}")]
     Thread(#[source] std::io::Error),
 }

@@ -14,6 +14,9 @@ use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend as Runtime;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::mtmd::{
+    MtmdBitmap, MtmdContext, MtmdInputChunks, MtmdInputText, MtmdTokenizeError,
+};
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{LlamaStateSeqFlags, SeqState};
 use ruling_backend::{BackendError, BranchLogits, Cancel, Decoding};
@@ -67,8 +70,42 @@ pub(crate) struct ContextShape {
 pub(crate) struct SavedPrefix {
     /// Tells contexts apart the prefixes they already hold in sequence 0.
     pub id: u64,
+    /// The cells it holds: its tokens, an image's included.
     pub len: usize,
+    /// The position the next token takes. Equal to `len` for text; on a model with
+    /// multimodal positions an image's grid of tokens takes fewer positions than tokens, so a
+    /// branch after one starts here, not at `len`.
+    pub next_pos: usize,
     pub state: SeqState,
+}
+
+/// A prompt with images as llama.cpp's multimodal library reads it: the text, one marker per
+/// image, and the images.
+pub(crate) struct ImagePrompt {
+    pub text: String,
+    pub bitmaps: Vec<MtmdBitmap>,
+}
+
+impl ImagePrompt {
+    /// The prompt cut into text and image chunks (images preprocessed, nothing run yet).
+    pub fn chunks(&self, mtmd: &MtmdContext) -> Result<MtmdInputChunks, BackendError> {
+        let bitmaps: Vec<&MtmdBitmap> = self.bitmaps.iter().collect();
+        mtmd.tokenize(
+            MtmdInputText {
+                text: self.text.clone(),
+                add_special: false,
+                parse_special: true,
+            },
+            &bitmaps,
+        )
+        .map_err(|err| match err {
+            MtmdTokenizeError::ImagePreprocessingError => BackendError::Image {
+                index: 0,
+                reason: "llama.cpp could not preprocess an image".to_owned(),
+            },
+            other => forward("multimodal tokenization", other),
+        })
+    }
 }
 
 /// One branch, owned so it can cross to a worker thread.
@@ -218,7 +255,77 @@ impl<'m> Worker<'m> {
     /// Run `tokens` into sequence 0 of an empty cache and save that sequence.
     pub fn prefill(&mut self, id: u64, tokens: &[u32]) -> Result<SavedPrefix, BackendError> {
         self.forget();
-        self.append_and_save(id, 0, tokens)
+        self.append_and_save(id, (0, 0), tokens)
+    }
+
+    /// Run a prompt with images into sequence 0 of an empty cache through llama.cpp's
+    /// multimodal library (each image encoded by the projector, then decoded with its
+    /// multimodal positions) and save that sequence, with the position text resumes at.
+    pub fn prefill_images(
+        &mut self,
+        id: u64,
+        prompt: &ImagePrompt,
+        mtmd: &Mutex<MtmdContext>,
+    ) -> Result<SavedPrefix, BackendError> {
+        self.forget();
+        let (cells, next_pos) = self.eval_images(prompt, mtmd, false)?;
+        let state = self
+            .context
+            .state_seq_get(0, LlamaStateSeqFlags::empty())
+            .map_err(|err| forward("saving the prefix", err))?;
+        self.holds = Some(id);
+        Ok(SavedPrefix {
+            id,
+            len: cells,
+            next_pos,
+            state,
+        })
+    }
+
+    /// The logits after a whole prompt with images, run in one evaluation as llama.cpp's own
+    /// multimodal helper runs it: the reference a prefix and its branches are checked against.
+    pub fn full_pass(
+        &mut self,
+        prompt: &ImagePrompt,
+        mtmd: &Mutex<MtmdContext>,
+        codes: &[u32],
+    ) -> Result<BranchLogits, BackendError> {
+        self.forget();
+        let result = self
+            .eval_images(prompt, mtmd, true)
+            .map(|_| read_codes(self.context.get_logits_ith(-1), codes));
+        self.forget();
+        result
+    }
+
+    /// Evaluate `prompt` into sequence 0 from the start; its cells and next position.
+    fn eval_images(
+        &mut self,
+        prompt: &ImagePrompt,
+        mtmd: &Mutex<MtmdContext>,
+        logits_last: bool,
+    ) -> Result<(usize, usize), BackendError> {
+        self.holds = None;
+        let mut mtmd = mtmd.lock().map_err(|_| BackendError::Forward {
+            source: "the multimodal context was poisoned by a panic".into(),
+        })?;
+        let chunks = prompt.chunks(&mtmd)?;
+        let cells = chunks.total_tokens();
+        if cells > self.shape.n_ctx as usize {
+            return Err(BackendError::ContextExceeded {
+                branch: 0,
+                needed: cells,
+                limit: self.shape.n_ctx as usize,
+            });
+        }
+        let n_batch = i32::try_from(self.shape.n_batch).unwrap_or(i32::MAX);
+        match chunks.eval_chunks(&mut mtmd, &mut self.context, 0, 0, n_batch, logits_last) {
+            Ok(next) => Ok((cells, usize::try_from(next).unwrap_or(0))),
+            Err(err) => {
+                self.forget();
+                Err(forward("evaluating the images", err))
+            }
+        }
     }
 
     /// Append `tokens` to `base` in sequence 0 and save the result as a new prefix.
@@ -229,15 +336,15 @@ impl<'m> Worker<'m> {
         tokens: &[u32],
     ) -> Result<SavedPrefix, BackendError> {
         self.restore(base)?;
-        self.append_and_save(id, base.len, tokens)
+        self.append_and_save(id, (base.len, base.next_pos), tokens)
     }
 
-    /// Decode `tokens` into sequence 0 from position `start` (in calls of at most `n_batch`)
-    /// and save the sequence as prefix `id`.
+    /// Decode `tokens` into sequence 0 after `start` (its cells and its next position), in
+    /// calls of at most `n_batch`, and save the sequence as prefix `id`.
     fn append_and_save(
         &mut self,
         id: u64,
-        start: usize,
+        (start, start_pos): (usize, usize),
         tokens: &[u32],
     ) -> Result<SavedPrefix, BackendError> {
         // Sequence 0 is about to hold something new.
@@ -245,7 +352,7 @@ impl<'m> Worker<'m> {
         let n_batch = self.shape.n_batch as usize;
         for (chunk_index, chunk) in tokens.chunks(n_batch).enumerate() {
             self.batch.clear();
-            let at = start + chunk_index * n_batch;
+            let at = start_pos + chunk_index * n_batch;
             for (offset, &token) in chunk.iter().enumerate() {
                 self.batch
                     .add(token_of(token), position(at + offset), &[0], false)
@@ -264,6 +371,7 @@ impl<'m> Worker<'m> {
         Ok(SavedPrefix {
             id,
             len: start + tokens.len(),
+            next_pos: start_pos + tokens.len(),
             state,
         })
     }
@@ -307,7 +415,7 @@ impl<'m> Worker<'m> {
             let group = &branches[start..end];
             // Nothing of this call is kept when it stops, so the cache stays as restored.
             cancel.check()?;
-            let result = self.decode_group(prefix.len, group);
+            let result = self.decode_group(prefix.next_pos, group);
             // The branches' cells go whatever happened, so the cache never grows.
             for seq in 1..=group.len() {
                 let _ = self
@@ -326,9 +434,10 @@ impl<'m> Worker<'m> {
         Ok(scored)
     }
 
+    /// Decode one group of branches, each starting at position `next_pos`.
     fn decode_group(
         &mut self,
-        prefix_len: usize,
+        next_pos: usize,
         group: &[OwnedBranch],
     ) -> Result<Vec<BranchLogits>, BackendError> {
         self.batch.clear();
@@ -343,7 +452,7 @@ impl<'m> Worker<'m> {
                 self.batch
                     .add(
                         token_of(token),
-                        position(prefix_len + offset),
+                        position(next_pos + offset),
                         &[seq],
                         is_last,
                     )

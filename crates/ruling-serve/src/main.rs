@@ -205,6 +205,17 @@ struct ServeArgs {
     /// (docs/wide-choices.md); 26 keeps every pass to single letters.
     #[arg(long, env = "RULING_MAX_OPTIONS_PER_PASS", default_value_t = 255, value_parser = clap::value_parser!(u8).range(2..))]
     max_options_per_pass: u8,
+    /// The vision projector of a vision-language GGUF (llama.cpp's `mmproj` file), with
+    /// `--backend llama`: the model then reads the images of a request (docs/images.md).
+    #[arg(long, env = "RULING_MMPROJ")]
+    mmproj: Option<PathBuf>,
+    /// Most tokens one image may become on a vision model; each image is resized (aspect
+    /// kept) to fit. One token covers a (patch x merge)^2 square: 28 x 28 pixels on Qwen2-VL.
+    #[arg(long, env = "RULING_MAX_IMAGE_TOKENS", default_value_t = ruling_core::Options::default().max_image_tokens, value_parser = clap::value_parser!(u32).range(1..=16384))]
+    max_image_tokens: u32,
+    /// Most images one request may carry on a vision model (a 422 beyond).
+    #[arg(long, env = "RULING_MAX_IMAGES", default_value_t = ruling_core::Options::default().max_images)]
+    max_images: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -291,6 +302,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         served_name: args.served_name,
         prefix_cache_bytes: args.prefix_cache_mb.saturating_mul(1 << 20),
         max_options_per_pass: usize::from(args.max_options_per_pass),
+        mmproj: args.mmproj,
+        max_image_tokens: args.max_image_tokens,
+        max_images: args.max_images.max(1),
         remote: ruling_core::RemoteOptions {
             tokenizer: args.upstream_tokenizer,
             top_logprobs: args.upstream_top_logprobs.max(1),
