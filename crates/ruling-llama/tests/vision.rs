@@ -208,3 +208,67 @@ fn a_projector_that_is_missing_or_not_one_is_refused_at_load() {
     let err = LlamaCppBackend::load(&fixture("tiny-qwen2vl.gguf"), &wrong).unwrap_err();
     assert!(err.to_string().contains("vision projector"), "{err}");
 }
+
+#[test]
+fn a_question_stem_encoded_over_an_image_prefix_answers_as_whole_branches() {
+    // With two rotations a question's stem is encoded once over the prefix and extended by
+    // each rotation: the extension continues the image prefix's positions too.
+    use base64::Engine as _;
+    let mut png = Vec::new();
+    image::RgbImage::from_fn(60, 40, |x, y| {
+        image::Rgb([(x * 4) as u8, (y * 6) as u8, 77])
+    })
+    .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+    .unwrap();
+    let body = json!({
+        "model": "m",
+        "state": "The parcel as delivered: <photo>",
+        "assets": {"<photo>": {"type": "image", "format": "png",
+                    "data_base64": base64::engine::general_purpose::STANDARD.encode(&png)}},
+        "questions": {
+            "damaged": {"type": "noul", "instructions": "Is the parcel in <photo> damaged?"},
+            "light": {"type": "score", "instructions": "How bright is <photo>?",
+                      "criteria": ["dark", "normal", "bright"]},
+        }
+    });
+    let request = parse_request(body.to_string().as_bytes(), &Capabilities::vision()).unwrap();
+    let engine = |shared_stems| {
+        DecoderEngine::new(
+            LlamaCppBackend::load(&fixture("tiny-qwen2vl.gguf"), &options(true)).unwrap(),
+            EngineOptions {
+                rotations: 2,
+                shared_stems,
+                ..EngineOptions::default()
+            },
+            None,
+        )
+        .unwrap()
+    };
+    let stems = engine(true).evaluate(&request).unwrap();
+    let whole = engine(false).evaluate(&request).unwrap();
+    // The stem is decoded in a call of its own rather than inside each branch, which moves a
+    // logit in its last bits (1e-9 here); a branch at the wrong position would move it by
+    // about 0.1 on this fixture.
+    let numbers = |answers: &serde_json::Value| {
+        let mut out = Vec::new();
+        collect_numbers(answers, &mut out);
+        out
+    };
+    let (a, b) = (
+        numbers(&serde_json::to_value(&stems.answers).unwrap()),
+        numbers(&serde_json::to_value(&whole.answers).unwrap()),
+    );
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-6, "{stems:?} vs {whole:?}");
+    }
+}
+
+fn collect_numbers(value: &serde_json::Value, out: &mut Vec<f64>) {
+    match value {
+        serde_json::Value::Number(n) => out.extend(n.as_f64()),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_numbers(v, out)),
+        serde_json::Value::Object(map) => map.values().for_each(|v| collect_numbers(v, out)),
+        _ => {}
+    }
+}
