@@ -29,10 +29,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use base64::Engine as _;
 use clap::{Parser, Subcommand};
+use indexmap::IndexMap;
 use ruling_candle::WeightDtype;
 use ruling_core::{AdapterCalibration, AdapterChoice, Options, Ruling};
-use ruling_schema::{Answer, SystemOneRequest, SystemOneResponse};
+use ruling_schema::{
+    Answer, Asset, AssetKind, AssetSource, ImageFormat, SystemOneRequest, SystemOneResponse,
+};
 use serde_json::{Value, json};
 
 use crate::question::QuestionArg;
@@ -118,6 +122,17 @@ struct AskArgs {
     /// candidate mass) and print it.
     #[arg(long)]
     trace: bool,
+    /// An image the state or questions name: `PLACEHOLDER=FILE` (PNG or JPEG), sent as an
+    /// inline asset; the placeholder must appear in the state or a question. Repeatable. Needs
+    /// a vision model (`--backend llama --mmproj FILE`; docs/images.md).
+    #[arg(long = "image", value_name = "PLACEHOLDER=FILE")]
+    images: Vec<String>,
+    /// The vision projector GGUF of a vision-language model (with `--backend llama`).
+    #[arg(long, env = "RULING_MMPROJ")]
+    mmproj: Option<PathBuf>,
+    /// Most tokens one image may become; each is resized to fit.
+    #[arg(long, env = "RULING_MAX_IMAGE_TOKENS", default_value_t = Options::default().max_image_tokens)]
+    max_image_tokens: u32,
 }
 
 pub(crate) fn parse_dtype(given: &str) -> Result<WeightDtype, String> {
@@ -153,7 +168,10 @@ fn ask(args: AskArgs) -> anyhow::Result<()> {
         ids.push(&question.id);
     }
     let state = read_state(&args.state)?;
-    let request = build_request(&args.model, state, &args.questions, args.trace)?;
+    let mut request = build_request(&args.model, state, &args.questions, args.trace)?;
+    if !args.images.is_empty() {
+        request.assets = Some(read_images(&args.images)?);
+    }
 
     let (calibration, adapter) = with_adapter(args.calibration.clone(), &args.adapter)?;
     let options = Options {
@@ -166,6 +184,8 @@ fn ask(args: AskArgs) -> anyhow::Result<()> {
         adapter,
         dtype: args.dtype,
         cache_dir: args.cache.clone(),
+        mmproj: args.mmproj.clone(),
+        max_image_tokens: args.max_image_tokens,
         ..Options::default()
     };
     let started = Instant::now();
@@ -234,6 +254,37 @@ fn read_state(given: &str) -> anyhow::Result<Value> {
         Ok(value @ (Value::Object(_) | Value::Array(_))) => value,
         _ => Value::String(contents),
     })
+}
+
+/// `--image PLACEHOLDER=FILE` arguments as inline image assets, the format read from the
+/// file's first bytes.
+fn read_images(given: &[String]) -> anyhow::Result<IndexMap<String, Asset>> {
+    let mut assets = IndexMap::new();
+    for arg in given {
+        let Some((placeholder, path)) = arg.split_once('=') else {
+            bail!("--image {arg:?}: expected PLACEHOLDER=FILE, such as '<photo>=parcel.jpg'");
+        };
+        let bytes =
+            std::fs::read(path).with_context(|| format!("--image {arg:?}: reading {path}"))?;
+        let format = if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+            ImageFormat::Png
+        } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+            ImageFormat::Jpeg
+        } else {
+            bail!("--image {arg:?}: {path} is neither PNG nor JPEG");
+        };
+        let asset = Asset {
+            kind: AssetKind::Image,
+            format,
+            source: AssetSource::Inline {
+                data_base64: base64::engine::general_purpose::STANDARD.encode(&bytes),
+            },
+        };
+        if assets.insert(placeholder.to_owned(), asset).is_some() {
+            bail!("--image: the placeholder {placeholder:?} is given twice");
+        }
+    }
+    Ok(assets)
 }
 
 fn build_request(
