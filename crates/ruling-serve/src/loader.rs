@@ -140,6 +140,13 @@ impl Loader {
                 if let Some(settings) = ruling.settings() {
                     meta.description = format!("{} ({})", meta.description, settings.describe());
                 }
+                if ruling.info().capabilities.vision {
+                    meta.description = format!(
+                        "{}; reads images, up to {} per request",
+                        meta.description,
+                        ruling.info().capabilities.max_images
+                    );
+                }
                 Ok(Loaded {
                     ruling,
                     meta,

@@ -137,6 +137,20 @@ async fn an_image_is_answered_inline_and_as_a_multipart_part_alike() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_model_list_says_the_model_reads_images() {
+    let server = vision_server().await;
+    let (status, _, body) = json_of(server.get("/v1/models").await).await;
+    assert_eq!(status, 200);
+    let description = body["models"][0]["description"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        description.contains("reads images, up to 3 per request"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn one_image_under_two_placeholders_is_one_image() {
     let server = vision_server().await;
     let photo = png(70, 70, 120);
