@@ -581,13 +581,13 @@ impl<B: Backend> Engine for DecoderEngine<B> {
                 q.id()
             )));
         }
-        let (named, pictures) = match self.read_images(request)? {
-            Some((named, pictures)) => (Some(named), pictures),
+        let (named, images) = match self.read_images(request)? {
+            Some((named, images)) => (Some(named), images),
             None => (None, Vec::new()),
         };
         let request = named.as_ref().unwrap_or(request);
         let questions = request.questions();
-        let framed = self.frame(request.state(), pictures)?;
+        let framed = self.frame(request.state(), images)?;
         let plan = self.plan(questions, &framed)?;
         let budget = self.check_budget(questions, &plan, &framed)?;
         self.check_pace(budget.total, cancel)?;
@@ -600,12 +600,16 @@ impl<B: Backend> Engine for DecoderEngine<B> {
             let (prefix, cached) = self.prefixes.get_or_encode(
                 tokens,
                 || {
-                    if framed.pictures.is_empty() {
-                        self.backend.encode_prefix(tokens)
+                    if framed.images.is_empty() {
+                        self.backend
+                            .encode_prefix(tokens)
+                            .map_err(EngineError::from)
                     } else {
-                        let shown: Vec<&Picture> = framed.pictures.iter().collect();
+                        let shown: Vec<&Picture> =
+                            framed.images.iter().map(|s| &s.picture).collect();
                         self.backend
                             .encode_prefix_with_images(&framed.split.prefix, &shown)
+                            .map_err(|error| images::image_error(error, &framed.images))
                     }
                 },
                 |p| self.backend.prefix_bytes(p),

@@ -46,6 +46,8 @@ struct Scripted {
     pass_time: Duration,
     /// Every prefix with images encoded: its text and its pictures.
     seen_images: Mutex<Vec<SeenPrefix>>,
+    /// Pictures this wide are ones the model cannot read.
+    unreadable_width: Option<u32>,
 }
 
 impl Scripted {
@@ -68,6 +70,7 @@ impl Scripted {
             pairs: None,
             pass_time: Duration::ZERO,
             seen_images: Mutex::new(Vec::new()),
+            unreadable_width: None,
         }
     }
 
@@ -183,6 +186,15 @@ impl Backend for Scripted {
         images: &[&Picture],
     ) -> Result<usize, BackendError> {
         assert_eq!(text.matches("[img]").count(), images.len());
+        if let Some(index) = images
+            .iter()
+            .position(|p| Some(p.width()) == self.unreadable_width)
+        {
+            return Err(BackendError::Image {
+                index,
+                reason: "its grid is too odd for this projector".into(),
+            });
+        }
         let tokens: usize = images
             .iter()
             .map(|p| (p.width() / 4 * (p.height() / 4)) as usize)
@@ -1079,4 +1091,26 @@ fn a_text_engine_refuses_images() {
     let request = image_request(json!({"<a>": inline(&png(8, 8, 1))}), "<a>", "Dark?");
     let err = engine.evaluate(&request).unwrap_err();
     assert!(err.to_string().contains("reads text only"), "{err}");
+}
+
+#[test]
+fn an_image_the_backend_cannot_read_is_named_by_its_placeholder() {
+    let mut backend = Scripted::new(vec![0.0; 4], true).seeing();
+    backend.unreadable_width = Some(12);
+    let engine = engine(backend, 1, false);
+    let request = image_request(
+        json!({"<fine>": inline(&png(8, 8, 1)), "<odd>": inline(&png(12, 8, 2))}),
+        "<fine> then <odd>",
+        "Same?",
+    );
+    match engine.evaluate(&request).unwrap_err() {
+        EngineError::Asset {
+            placeholder,
+            message,
+        } => {
+            assert_eq!(placeholder, "<odd>");
+            assert!(message.contains("too odd"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -149,9 +149,6 @@ impl From<EngineError> for ApiError {
                 placeholder,
                 message,
             } => Self::at(at(&["assets", &placeholder]), "value_error", message),
-            EngineError::Backend(error @ (BackendError::Image { .. } | BackendError::TextOnly)) => {
-                Self::at(at(&["assets"]), "value_error", error.to_string())
-            }
             EngineError::Unsupported(message) => {
                 Self::at(at(&["questions"]), "value_error", message)
             }

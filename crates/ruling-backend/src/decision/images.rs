@@ -3,6 +3,8 @@
 
 use ruling_schema::{AssetData, ValidRequest};
 
+use crate::error::BackendError;
+
 use super::plan::image_name;
 use super::{DecoderEngine, EngineError};
 use crate::backend::Backend;
@@ -10,12 +12,13 @@ use crate::picture::Picture;
 
 impl<B: Backend> DecoderEngine<B> {
     /// The request with every placeholder replaced by its image's name (`<image 1>`, ...), and
-    /// the distinct images in the order they were first named; `None` for a request without
-    /// images. Two placeholders with the same bytes name one image, decoded once.
+    /// the distinct images in the order they were first named, each with the first placeholder
+    /// that named it; `None` for a request without images. Two placeholders with the same
+    /// bytes name one image, decoded once.
     pub(super) fn read_images(
         &self,
         request: &ValidRequest,
-    ) -> Result<Option<(ValidRequest, Vec<Picture>)>, EngineError> {
+    ) -> Result<Option<(ValidRequest, Vec<ShownImage>)>, EngineError> {
         let assets = request.assets();
         if assets.is_empty() {
             return Ok(None);
@@ -27,7 +30,7 @@ impl<B: Backend> DecoderEngine<B> {
             )));
         };
         let mut distinct: Vec<&[u8]> = Vec::new();
-        let mut pictures = Vec::new();
+        let mut images = Vec::new();
         let mut names = Vec::with_capacity(assets.len());
         for asset in assets {
             let bytes = match asset.data() {
@@ -53,13 +56,45 @@ impl<B: Backend> DecoderEngine<B> {
                         }
                     })?;
                     distinct.push(bytes);
-                    pictures.push(picture);
+                    images.push(ShownImage {
+                        placeholder: asset.placeholder().to_owned(),
+                        picture,
+                    });
                     distinct.len()
                 }
             };
             names.push((asset.placeholder(), image_name(number)));
         }
         let pairs: Vec<(&str, &str)> = names.iter().map(|(p, n)| (*p, n.as_str())).collect();
-        Ok(Some((request.naming_images(&pairs), pictures)))
+        Ok(Some((request.naming_images(&pairs), images)))
+    }
+}
+
+/// An image as the prompt shows it, with the placeholder the client first named it by.
+pub(super) struct ShownImage {
+    pub(super) placeholder: String,
+    pub(super) picture: Picture,
+}
+
+/// A backend's failure over a prefix with `images`, as the engine reports it: an image the
+/// model could not read is named by its placeholder, so the client learns which one.
+pub(super) fn image_error(error: BackendError, images: &[ShownImage]) -> EngineError {
+    match error {
+        BackendError::Image { index, reason } => EngineError::Asset {
+            placeholder: images
+                .get(index)
+                .map(|shown| shown.placeholder.clone())
+                .unwrap_or_default(),
+            message: format!(
+                "asset {:?}: the model cannot read it: {reason}",
+                images
+                    .get(index)
+                    .map_or("", |shown| shown.placeholder.as_str())
+            ),
+        },
+        BackendError::TextOnly => EngineError::Unsupported(
+            "this model reads text only; it cannot read the request's images".to_owned(),
+        ),
+        other => other.into(),
     }
 }

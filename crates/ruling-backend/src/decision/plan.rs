@@ -5,6 +5,7 @@
 
 use ruling_schema::{ChoiceOption, QuestionKind, ValidQuestion, ValidState};
 
+use super::images::{ShownImage, image_error};
 use super::{
     DecoderEngine, EngineError, Layout, QUESTION_FIRST_MIN_BYTES, QUESTION_FIRST_RATIO, Shown,
 };
@@ -69,7 +70,7 @@ pub(super) struct Framed {
     /// The tokens the prefix takes in the context, images included.
     pub(super) prefix_len: usize,
     /// The request's images in the order the prefix shows them (empty for text).
-    pub(super) pictures: Vec<Picture>,
+    pub(super) images: Vec<ShownImage>,
     pub(super) limit: usize,
 }
 
@@ -276,7 +277,7 @@ impl<B: Backend> DecoderEngine<B> {
     pub(super) fn frame(
         &self,
         state: &ValidState,
-        pictures: Vec<Picture>,
+        images: Vec<ShownImage>,
     ) -> Result<Framed, EngineError> {
         let state = state.render();
         let limit = self.info.max_context;
@@ -293,9 +294,9 @@ impl<B: Backend> DecoderEngine<B> {
                 ),
             });
         }
-        let head = match (&pictures[..], &self.backend.info().vision) {
+        let head = match (&images[..], &self.backend.info().vision) {
             ([], _) => user_head(&state),
-            (_, Some(vision)) => images_head(&state, pictures.len(), &vision.marker),
+            (_, Some(vision)) => images_head(&state, images.len(), &vision.marker),
             (_, None) => {
                 return Err(EngineError::Unsupported(
                     "this model reads text only; it cannot read the request's images".to_owned(),
@@ -304,24 +305,26 @@ impl<B: Backend> DecoderEngine<B> {
         };
         let split = split_prompt(&self.backend, &self.options.system_prompt, &head)?;
         let mut prefix_tokens = self.backend.encode(&split.prefix)?;
-        let prefix_len = if pictures.is_empty() {
+        let prefix_len = if images.is_empty() {
             prefix_tokens.len()
         } else {
-            let shown: Vec<&Picture> = pictures.iter().collect();
-            for picture in &pictures {
+            let shown: Vec<&Picture> = images.iter().map(|s| &s.picture).collect();
+            for image in &images {
                 prefix_tokens.push(IMAGE_IN_KEY);
                 prefix_tokens.extend(
-                    picture
+                    image
+                        .picture
                         .digest()
                         .chunks(4)
                         .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
                 );
             }
             self.backend
-                .count_prefix_with_images(&split.prefix, &shown)?
+                .count_prefix_with_images(&split.prefix, &shown)
+                .map_err(|error| image_error(error, &images))?
         };
         if prefix_len >= limit {
-            let images = if pictures.is_empty() {
+            let with = if images.is_empty() {
                 ""
             } else {
                 " with its images"
@@ -329,7 +332,7 @@ impl<B: Backend> DecoderEngine<B> {
             return Err(EngineError::InputTooLong {
                 question: None,
                 message: format!(
-                    "the state{images} makes a prompt of {prefix_len} tokens, over the maximum context length of {limit} tokens for one branch"
+                    "the state{with} makes a prompt of {prefix_len} tokens, over the maximum context length of {limit} tokens for one branch"
                 ),
             });
         }
@@ -338,7 +341,7 @@ impl<B: Backend> DecoderEngine<B> {
             split,
             prefix_tokens,
             prefix_len,
-            pictures,
+            images,
             limit,
         })
     }
@@ -378,7 +381,7 @@ impl<B: Backend> DecoderEngine<B> {
             let rotations = self.rotations(kind);
             // The images are in the state's prefix, so a request with images is asked
             // state-first.
-            if framed.pictures.is_empty() && self.asks_question_first(&rotations, &framed.state) {
+            if framed.images.is_empty() && self.asks_question_first(&rotations, &framed.state) {
                 self.plan_question_first(&mut plan, index, &rotations, &framed.state)?;
             } else {
                 self.plan_state_first(&mut plan, index, &rotations, &framed.split.tail)?;
