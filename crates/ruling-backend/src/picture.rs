@@ -122,7 +122,8 @@ impl Picture {
         let mut limits = image::Limits::default();
         limits.max_image_width = Some(width);
         limits.max_image_height = Some(height);
-        limits.max_alloc = Some(pixels * 4 + (1 << 20));
+        // Eight bytes a pixel: a 16-bit RGBA PNG decodes to that before it becomes RGB.
+        limits.max_alloc = Some(pixels * 8 + (1 << 20));
         reader.limits(limits);
         let decoded = reader
             .decode()
@@ -279,6 +280,36 @@ mod tests {
             picture.digest(),
             Picture::decode(&png(300, 201), small).unwrap().digest()
         );
+    }
+
+    #[test]
+    fn sixteen_bit_and_grey_images_are_read_as_rgb() {
+        for image in [
+            // Large enough that four bytes a pixel would not hold it while decoding.
+            image::DynamicImage::ImageRgba16(image::ImageBuffer::from_pixel(
+                600,
+                500,
+                image::Rgba([65535, 0, 30000, 65535]),
+            )),
+            image::DynamicImage::ImageLuma8(image::ImageBuffer::from_pixel(
+                40,
+                30,
+                image::Luma([90]),
+            )),
+        ] {
+            let mut bytes = Vec::new();
+            image
+                .write_to(
+                    &mut std::io::Cursor::new(&mut bytes),
+                    image::ImageFormat::Png,
+                )
+                .unwrap();
+            let picture = Picture::decode(&bytes, QWEN).unwrap();
+            assert_eq!(
+                picture.rgb().len(),
+                picture.width() as usize * picture.height() as usize * 3
+            );
+        }
     }
 
     #[test]
