@@ -55,11 +55,15 @@ use ruling_backend::{
     BackendError, DecoderEngine, Engine, EngineError, EngineInfo, EngineOptions, Generator,
 };
 use ruling_calibration::{Calibration, CalibrationError};
-use ruling_candle::{Adapter, AdapterError, CandleBackend, LoadError, LoadOptions, WeightDtype};
+use ruling_candle::{Adapter, AdapterError, CandleBackend, LoadError, LoadOptions};
 use ruling_encoder::{EncoderEngine, EncoderError, EncoderOptions};
 use ruling_models::{LocalModel, ModelSpec, PullError, PullOptions, SpecError};
 use ruling_schema::{SystemOneRequest, SystemOneResponse, ValidRequest, ValidationErrors};
 pub use settings::{CalibrationSource, Settings};
+
+/// The precision the candle backend keeps weight matrices at (`Options::dtype`), named here so
+/// callers choose it without depending on the backend crate.
+pub use ruling_candle::WeightDtype;
 
 pub use ruling_backend::EngineInfo as Info;
 

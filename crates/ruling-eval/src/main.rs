@@ -32,8 +32,7 @@ use anyhow::{Context as _, bail};
 use base64::Engine as _;
 use clap::{Parser, Subcommand};
 use indexmap::IndexMap;
-use ruling_candle::WeightDtype;
-use ruling_core::{AdapterCalibration, AdapterChoice, Options, Ruling};
+use ruling_core::{AdapterCalibration, AdapterChoice, Options, Ruling, WeightDtype};
 use ruling_schema::{
     Answer, Asset, AssetKind, AssetSource, ImageFormat, SystemOneRequest, SystemOneResponse,
 };
@@ -136,8 +135,12 @@ struct AskArgs {
 }
 
 pub(crate) fn parse_dtype(given: &str) -> Result<WeightDtype, String> {
-    WeightDtype::parse(given)
-        .ok_or_else(|| format!("unknown dtype {given:?}; expected auto, native, f32, f16 or q8_0"))
+    WeightDtype::parse(given).ok_or_else(|| {
+        format!(
+            "unknown dtype {given:?}; expected one of {}",
+            WeightDtype::NAMES
+        )
+    })
 }
 
 #[global_allocator]

@@ -21,8 +21,7 @@ use anyhow::{Context as _, bail, ensure};
 use indexmap::IndexMap;
 use indicatif::{ProgressBar, ProgressStyle};
 use ruling_calibration::{AnswerType, Calibration, Provenance};
-use ruling_candle::WeightDtype;
-use ruling_core::{Options, Ruling};
+use ruling_core::{Options, Ruling, WeightDtype};
 use ruling_corpus::{Dataset, LoadOptions, Record, Split, answer_keys};
 use ruling_models::ModelSpec;
 use ruling_schema::{
