@@ -1056,17 +1056,21 @@ fn an_unreadable_image_is_refused_by_its_placeholder_before_any_forward_pass() {
         "<ok> and <bad>",
         "Same?",
     );
-    match engine.evaluate(&request).unwrap_err() {
+    let (placeholder, message) = asset_refusal(engine.evaluate(&request).unwrap_err());
+    assert_eq!(placeholder, "<bad>");
+    assert!(message.contains("cannot be read"), "{message}");
+    assert_eq!(passes(), before);
+}
+
+/// The placeholder and message of an engine's refusal of one image asset.
+fn asset_refusal(err: EngineError) -> (String, String) {
+    match err {
         EngineError::Asset {
             placeholder,
             message,
-        } => {
-            assert_eq!(placeholder, "<bad>");
-            assert!(message.contains("cannot be read"), "{message}");
-        }
-        other => panic!("{other:?}"),
+        } => (placeholder, message),
+        other => panic!("not an asset refusal: {other:?}"),
     }
-    assert_eq!(passes(), before);
 }
 
 #[test]
@@ -1103,14 +1107,7 @@ fn an_image_the_backend_cannot_read_is_named_by_its_placeholder() {
         "<fine> then <odd>",
         "Same?",
     );
-    match engine.evaluate(&request).unwrap_err() {
-        EngineError::Asset {
-            placeholder,
-            message,
-        } => {
-            assert_eq!(placeholder, "<odd>");
-            assert!(message.contains("too odd"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
+    let (placeholder, message) = asset_refusal(engine.evaluate(&request).unwrap_err());
+    assert_eq!(placeholder, "<odd>");
+    assert!(message.contains("too odd"), "{message}");
 }
