@@ -210,7 +210,10 @@ fn malformed_questions_fail_with_the_expected_form() {
         .output()
         .unwrap();
     assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("auto, native, f32, f16 or q8_0"));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("expected one of auto, native, f32, f16, q8_0")
+    );
 }
 
 #[test]
