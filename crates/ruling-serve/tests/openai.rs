@@ -29,6 +29,27 @@ struct LlamaServer {
     child: Child,
     /// The OpenAI API root, `http://127.0.0.1:PORT/v1`.
     api: String,
+    log: PathBuf,
+}
+
+impl LlamaServer {
+    /// Whether the process still runs, and what it wrote: for a failure's message, since a
+    /// refused connection says nothing of why the server went away.
+    fn state(&mut self) -> String {
+        let status = match self.child.try_wait() {
+            Ok(None) => "still running".to_string(),
+            Ok(Some(status)) => format!("exited: {status}"),
+            Err(e) => format!("unknown: {e}"),
+        };
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!(
+            "llama-cpp-python's server is {status}; the end of its log ({}):\n{}",
+            self.log.display(),
+            tail.join("\n")
+        )
+    }
 }
 
 impl Drop for LlamaServer {
@@ -50,9 +71,18 @@ fn smollm2() -> PathBuf {
 
 fn start_llama_server() -> LlamaServer {
     let python = common::python_venv(
-        "llama-cpp-python-0.3.36-venv",
+        "llama-cpp-python-0.3.36-avx2-venv",
         &[LLAMA_SERVER],
         "import llama_cpp.server, uvicorn",
+        // llama-cpp-python builds llama.cpp with -march=native by default; on these machines'
+        // Xeons (AVX-512 FP16, AMX) that build crashes in its first decode (a segmentation
+        // fault, seen here). The features the workspace builds its own llama.cpp with
+        // (`.cargo/config.toml`) run everywhere.
+        &[(
+            "CMAKE_ARGS",
+            "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+             -DGGML_BMI2=ON",
+        )],
     );
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -60,7 +90,8 @@ fn start_llama_server() -> LlamaServer {
         .port();
     let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("llama-cpp-python-server.log");
     let child = Command::new(python)
-        .args(["-m", "llama_cpp.server", "--model"])
+        // faulthandler: a crash in llama.cpp's C code leaves a traceback in the log.
+        .args(["-X", "faulthandler", "-m", "llama_cpp.server", "--model"])
         .arg(smollm2())
         .args(["--model_alias", MODEL, "--host", "127.0.0.1", "--port"])
         .arg(port.to_string())
@@ -69,9 +100,10 @@ fn start_llama_server() -> LlamaServer {
         .stderr(std::fs::File::create(&log).expect("a log file"))
         .spawn()
         .expect("llama-cpp-python's server starts");
-    let server = LlamaServer {
+    let mut server = LlamaServer {
         child,
         api: format!("http://127.0.0.1:{port}/v1"),
+        log,
     };
     for _ in 0..600 {
         if lists_models(port) {
@@ -79,10 +111,7 @@ fn start_llama_server() -> LlamaServer {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    panic!(
-        "llama-cpp-python's server did not answer within 120 s; its log: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    panic!("no answer within 120 s: {}", server.state());
 }
 
 /// Whether the server on `port` answers `GET /v1/models` with 200.
@@ -154,24 +183,29 @@ async fn on_llama_cpp_python_it_answers_as_the_local_engine_and_the_sdk_works() 
         .expect("the server starts");
     let spec = format!("openai:{}#{MODEL}", server.api);
 
-    let (local, remote) = tokio::task::spawn_blocking({
+    let (local, remote, mut server) = tokio::task::spawn_blocking({
         let spec = spec.clone();
         move || {
             let local = Ruling::load(MODEL, &options(RemoteOptions::default()))
                 .expect("SmolLM2 on the llama backend");
-            let remote = Ruling::load(&spec, &options(remote_options()))
-                .expect("the openai: engine connects");
-            (local, remote)
+            let remote = Ruling::load(&spec, &options(remote_options()));
+            (local, remote, server)
         }
     })
     .await
     .expect("both load");
+    let remote = remote.unwrap_or_else(|e| {
+        panic!(
+            "the openai: engine does not connect: {e}\n{}",
+            server.state()
+        )
+    });
     let mut largest = 0.0f64;
     for request in requests() {
         let here = local.evaluate(&request).expect("answered locally");
-        let there = remote
-            .evaluate(&request)
-            .expect("answered through llama-cpp-python");
+        let there = remote.evaluate(&request).unwrap_or_else(|e| {
+            panic!("answered through llama-cpp-python: {e}\n{}", server.state())
+        });
         for ((key, p), (other, q)) in probabilities(&here).iter().zip(probabilities(&there)) {
             assert_eq!(key, &other);
             largest = largest.max((p - q).abs());
@@ -219,5 +253,6 @@ fn sdk_python() -> PathBuf {
         "typesafe-sdk-0.7.5-venv",
         &["typesafe-sdk[zstd]==0.7.5"],
         "import typesafe_sdk, backports.zstd",
+        &[],
     )
 }

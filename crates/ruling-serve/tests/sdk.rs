@@ -23,6 +23,7 @@ pub fn python_with_sdk() -> PathBuf {
         "typesafe-sdk-0.7.5-venv",
         &[SDK],
         "import typesafe_sdk, backports.zstd",
+        &[],
     )
 }
 

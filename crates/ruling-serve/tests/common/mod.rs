@@ -326,8 +326,9 @@ pub fn metric(text: &str, line_start: &str) -> Option<f64> {
 
 /// A Python interpreter from a virtual environment under the test target directory, made on
 /// first use and filled with `pip install packages` (registry packages, like the real-model
-/// tests' models); `imports` is a statement that succeeds once they are installed.
-pub fn python_venv(name: &str, packages: &[&str], imports: &str) -> PathBuf {
+/// tests' models); `imports` is a statement that succeeds once they are installed. `env` is set
+/// for pip (a package built from source reads its build options there).
+pub fn python_venv(name: &str, packages: &[&str], imports: &str, env: &[(&str, &str)]) -> PathBuf {
     use std::process::Command;
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let python = venv.join("bin/python");
@@ -350,6 +351,7 @@ pub fn python_venv(name: &str, packages: &[&str], imports: &str) -> PathBuf {
     let status = Command::new(&python)
         .args(["-m", "pip", "install", "--quiet", "--no-cache-dir"])
         .args(packages)
+        .envs(env.iter().copied())
         .status()
         .expect("pip runs");
     assert!(
