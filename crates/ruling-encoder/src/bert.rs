@@ -14,6 +14,7 @@ use candle_core::{D, Module, Result, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 use serde::Deserialize;
 
+use crate::kernels::{add, add_bias};
 use crate::ops::{AttentionMask, Kernels, LayerNorm, Linear, attention, attention_at, rows_at};
 
 /// The activation of the feed-forward layer, as `config.json` names it.
@@ -198,10 +199,10 @@ impl Layer {
     ) -> Result<Tensor> {
         let x = self
             .attention_norm
-            .forward(&(self.attention_output.forward(context)? + x)?)?;
+            .forward(&add(&self.attention_output.forward(context)?, x)?)?;
         let inner = act.apply(&self.intermediate.forward(&x)?, kernels)?;
         self.output_norm
-            .forward(&(self.output.forward(&inner)? + x)?)
+            .forward(&add(&self.output.forward(&inner)?, &x)?)
     }
 }
 
@@ -317,9 +318,13 @@ impl Bert {
     }
 
     fn embed(&self, tokens: &Tensor, positions: &Tensor) -> Result<Tensor> {
-        let x = (self.word_embeddings.forward(tokens)?
-            + self.position_embeddings.forward(positions)?)?
-        .broadcast_add(&self.token_type)?;
+        let x = add_bias(
+            &add(
+                &self.word_embeddings.forward(tokens)?,
+                &self.position_embeddings.forward(positions)?,
+            )?,
+            &self.token_type,
+        )?;
         self.embeddings_norm.forward(&x)
     }
 }

@@ -1,5 +1,6 @@
-//! Three CPU kernels with their gradients: GELU (erf form), standardisation over the last
-//! dimension (layer norm without its affine part), and softmax over the last dimension.
+//! Five CPU kernels with their gradients: GELU (erf form), standardisation over the last
+//! dimension (layer norm without its affine part), softmax over the last dimension, and the
+//! two additions of every layer (a bias over rows, and the residual).
 //!
 //! candle builds the differentiable versions of these from a dozen elementwise operations,
 //! each allocating and sweeping the whole tensor, and its GELU calls libm's scalar `erf`.
@@ -25,6 +26,16 @@ pub fn standardize(x: &Tensor, eps: f64) -> Result<Tensor> {
 /// Softmax over the last dimension, with its gradient.
 pub fn softmax(x: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op1(Softmax)
+}
+
+/// `x + bias`, `bias` a vector as long as `x`'s last dimension, with its gradients.
+pub fn add_bias(x: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    x.contiguous()?.apply_op2(&bias.contiguous()?, AddBias)
+}
+
+/// `a + b` for two tensors of one shape, with its gradients.
+pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    a.contiguous()?.apply_op2(&b.contiguous()?, Add)
 }
 
 pub(crate) fn slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<&'a [f32]> {
@@ -143,6 +154,106 @@ impl CustomOp2 for GeluGrad {
             }
         });
         Ok(output(out, l1))
+    }
+}
+
+// candle's own element-wise operations split tensors of 64 Ki values or more over a pool of
+// spinning threads of its own, beside the rayon pool its matrix products use; each of a
+// layer's bias adds and residuals then left a thread spinning on a core the next product
+// needed (13% of an answering profile). These two run on rayon, like everything else here,
+// and add exactly as candle's `broadcast_add` and `+` do.
+
+struct AddBias;
+
+impl CustomOp2 for AddBias {
+    fn name(&self) -> &'static str {
+        "ruling-add-bias"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = slice(s1, l1, self.name())?;
+        let bias = slice(s2, l2, self.name())?;
+        let width = last_dim(l1);
+        if bias.len() != width || l2.shape().rank() != 1 {
+            candle_core::bail!(
+                "{}: a bias of shape {:?} over rows of {width}",
+                self.name(),
+                l2.shape()
+            );
+        }
+        let mut out = vec![0f32; x.len()];
+        by_rows(&mut out, width, |r, row| {
+            let start = r * width;
+            for ((o, &v), &b) in row.iter_mut().zip(&x[start..]).zip(bias) {
+                *o = v + b;
+            }
+        });
+        Ok(output(out, l1))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        bias: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let width = bias.elem_count();
+        let rows = grad.elem_count() / width.max(1);
+        let grad_bias = grad.reshape((rows, width))?.sum(0)?;
+        Ok((Some(grad.clone()), Some(grad_bias)))
+    }
+}
+
+struct Add;
+
+impl CustomOp2 for Add {
+    fn name(&self) -> &'static str {
+        "ruling-add"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let a = slice(s1, l1, self.name())?;
+        let b = slice(s2, l2, self.name())?;
+        if l1.shape() != l2.shape() {
+            candle_core::bail!(
+                "{}: shapes {:?} and {:?} differ",
+                self.name(),
+                l1.shape(),
+                l2.shape()
+            );
+        }
+        let width = WIDTH.min(a.len().max(1));
+        let mut out = vec![0f32; a.len()];
+        by_rows(&mut out, width, |r, row| {
+            let start = r * width;
+            for ((o, &x), &y) in row.iter_mut().zip(&a[start..]).zip(&b[start..]) {
+                *o = x + y;
+            }
+        });
+        Ok(output(out, l1))
+    }
+
+    fn bwd(
+        &self,
+        _a: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((Some(grad.clone()), Some(grad.clone())))
     }
 }
 
@@ -406,6 +517,58 @@ mod tests {
             },
             2e-5,
         );
+    }
+
+    /// The two additions give candle's sums bit for bit, and its gradients.
+    #[test]
+    fn additions_match_candle() {
+        // Long enough that rows are shared out over threads.
+        let x = (Tensor::arange(0f32, 96.0 * 384.0, &Device::Cpu).unwrap() * 0.013)
+            .unwrap()
+            .sin()
+            .unwrap()
+            .reshape((2, 48, 384))
+            .unwrap();
+        let y = x.cos().unwrap();
+        let bias = x.get(0).unwrap().get(5).unwrap();
+        let same = |a: &Tensor, b: &Tensor| {
+            let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
+            let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
+            assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()));
+        };
+        same(
+            &add_bias(&x, &bias).unwrap(),
+            &x.broadcast_add(&bias).unwrap(),
+        );
+        same(&add(&x, &y).unwrap(), &(&x + &y).unwrap());
+        // Gradients of a weighted sum, through ours and through candle's.
+        let weights = (x.clone() * 0.7).unwrap().sin().unwrap();
+        let grads = |ours: bool| {
+            let (a, b, c) = (
+                Var::from_tensor(&x).unwrap(),
+                Var::from_tensor(&y).unwrap(),
+                Var::from_tensor(&bias).unwrap(),
+            );
+            let out = if ours {
+                add_bias(&add(&a, &b).unwrap(), &c).unwrap()
+            } else {
+                (a.as_tensor() + b.as_tensor())
+                    .unwrap()
+                    .broadcast_add(&c)
+                    .unwrap()
+            };
+            let g = (out * &weights)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            [&a, &b, &c].map(|v| g.get(v).unwrap().clone())
+        };
+        for (p, q) in grads(true).iter().zip(&grads(false)) {
+            assert!(max_diff(p, q) < 1e-4, "gradient {}", max_diff(p, q));
+        }
+        assert!(add(&x, &bias).is_err(), "shapes must match");
     }
 
     #[test]

@@ -209,7 +209,7 @@ impl Layer {
         let k = rotate(&qkv.narrow(D::Minus1, h, h)?, cos, sin, heads, kernels)?;
         let v = qkv.narrow(D::Minus1, 2 * h, h)?.contiguous()?;
         let context = attention(&q, &k, &v, heads, mask, kernels)?;
-        let x = (x + self.wo.forward(&context)?)?;
+        let x = crate::kernels::add(x, &self.wo.forward(&context)?)?;
         let inner = self.wi.forward(&self.mlp_norm.forward(&x)?)?;
         let width = inner.dim(D::Minus1)? / 2;
         let input = inner.narrow(D::Minus1, 0, width)?;
@@ -217,7 +217,7 @@ impl Layer {
         let mlp = self
             .mlp_wo
             .forward(&(crate::ops::gelu_erf(&input, kernels)? * gate)?)?;
-        x + mlp
+        crate::kernels::add(&x, &mlp)
     }
 }
 

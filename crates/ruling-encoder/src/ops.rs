@@ -70,7 +70,7 @@ impl Module for Linear {
         let rows = x.elem_count() / inputs.max(1);
         let y = x.reshape((rows, inputs))?.matmul(&self.weight.t()?)?;
         let y = match &self.bias {
-            Some(bias) => y.broadcast_add(bias)?,
+            Some(bias) => crate::kernels::add_bias(&y, bias)?,
             None => y,
         };
         let mut shape = dims.to_vec();
