@@ -190,15 +190,9 @@ impl AdaptiveRotations {
     }
 }
 
-/// The index of the largest value (the first on a tie).
+/// The index of the largest value (the first on a tie; 0 for none).
 fn argmax(values: &[f64]) -> usize {
-    let mut best = 0;
-    for (i, &v) in values.iter().enumerate() {
-        if v > values[best] {
-            best = i;
-        }
-    }
-    best
+    ruling_calibration::argmax(values).unwrap_or(0)
 }
 
 impl Default for EngineOptions {

@@ -431,11 +431,12 @@ fn kl_unchecked(target: &[f64], predicted: &[f64]) -> f64 {
 }
 
 /// The index of the largest score; on a tie, the lowest such index. `None` when empty.
-/// Scores are meant to be finite (a NaN is never chosen unless it comes first).
-pub fn argmax(scores: &[f64]) -> Option<usize> {
+/// Scores are meant to be finite (a NaN is never chosen unless it comes first). Every argmax in
+/// the workspace is this one, so engine, trainers and evaluator break ties alike.
+pub fn argmax<T: PartialOrd>(scores: &[T]) -> Option<usize> {
     let mut best: Option<usize> = None;
-    for (i, &s) in scores.iter().enumerate() {
-        if best.is_none_or(|b| s > scores[b]) {
+    for (i, s) in scores.iter().enumerate() {
+        if best.is_none_or(|b| *s > scores[b]) {
             best = Some(i);
         }
     }
@@ -858,7 +859,7 @@ mod tests {
         ];
         assert!(close(flip_rate(&first, &second).expect("valid"), 0.5));
         assert_eq!(argmax(&[1.0, 3.0, 3.0]), Some(1));
-        assert_eq!(argmax(&[]), None);
+        assert_eq!(argmax::<f64>(&[]), None);
         assert!(matches!(
             flip_rate(&[vec![0.5, 0.5]], &[vec![1.0]]),
             Err(MetricError::ClassCountMismatch { item: 0, .. })

@@ -394,13 +394,7 @@ impl Prepared {
 
 /// Index of the first largest entry (ties go to the lower index, as in the engine).
 fn argmax(values: &[f64]) -> usize {
-    let mut best = 0;
-    for (i, v) in values.iter().enumerate() {
-        if *v > values[best] {
-            best = i;
-        }
-    }
-    best
+    crate::metrics::argmax(values).unwrap_or(0)
 }
 
 struct Objective<'a> {

@@ -534,8 +534,7 @@ fn validate(
                     .map(|&lp| f64::from(lp).exp())
                     .collect();
                 let predicted = argmax(&probs);
-                let right =
-                    predicted == argmax(&target.iter().map(|&t| f64::from(t)).collect::<Vec<_>>());
+                let right = predicted == ruling_calibration::argmax(target).unwrap_or(0);
                 losses.push(f64::from(per_question[q]));
                 confidences.push(probs[predicted]);
                 correct.push(right);

@@ -122,15 +122,9 @@ pub fn loss(logits: &Tensor, batch: &Targets, terms: &Terms) -> candle_core::Res
     Ok(total)
 }
 
-/// The index of the largest value (the first on ties).
+/// The index of the largest value (the first on ties; 0 for none).
 pub fn argmax(values: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in values.iter().enumerate() {
-        if v > values[best] {
-            best = i;
-        }
-    }
-    best
+    ruling_calibration::argmax(values).unwrap_or(0)
 }
 
 #[cfg(test)]
