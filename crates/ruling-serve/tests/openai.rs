@@ -42,12 +42,11 @@ impl LlamaServer {
             Err(e) => format!("unknown: {e}"),
         };
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(40).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        let lines: Vec<&str> = log.lines().collect();
         format!(
             "llama-cpp-python's server is {status}; the end of its log ({}):\n{}",
             self.log.display(),
-            tail.join("\n")
+            lines[lines.len().saturating_sub(40)..].join("\n")
         )
     }
 }

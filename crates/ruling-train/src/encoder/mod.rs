@@ -534,7 +534,7 @@ fn validate(
                     .map(|&lp| f64::from(lp).exp())
                     .collect();
                 let predicted = argmax(&probs);
-                let right = predicted == ruling_calibration::argmax(target).unwrap_or(0);
+                let right = predicted == argmax(target);
                 losses.push(f64::from(per_question[q]));
                 confidences.push(probs[predicted]);
                 correct.push(right);
@@ -571,7 +571,7 @@ fn validate(
     })
 }
 
-fn argmax(values: &[f64]) -> usize {
+fn argmax<T: PartialOrd>(values: &[T]) -> usize {
     ruling_calibration::argmax(values).unwrap_or(0)
 }
 
