@@ -36,17 +36,6 @@ pub enum WeightDtype {
 impl WeightDtype {
     pub const NAMES: &'static str = "auto, native, f32, f16, q8_0";
 
-    pub fn parse(name: &str) -> Option<Self> {
-        match name.to_ascii_lowercase().as_str() {
-            "auto" => Some(Self::Auto),
-            "native" => Some(Self::Native),
-            "f32" => Some(Self::F32),
-            "f16" => Some(Self::F16),
-            "q8_0" | "q8" => Some(Self::Q8_0),
-            _ => None,
-        }
-    }
-
     /// What `Auto` means for a matrix stored as `stored`. Q4_0/Q4_1 and other legacy quants
     /// have slow CPU kernels at every batch size, so they are dequantized; k-quants and Q8_0
     /// match f32 at the batch sizes prefill and branch scoring use, and stay as they are.
@@ -57,6 +46,26 @@ impl WeightDtype {
                 _ => Self::Native,
             },
             other => other,
+        }
+    }
+}
+
+/// Parsed case-insensitively from one of [`WeightDtype::NAMES`] (`q8` is taken for `q8_0`);
+/// the error names what was given and what is allowed, ready for a command line.
+impl std::str::FromStr for WeightDtype {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "native" => Ok(Self::Native),
+            "f32" => Ok(Self::F32),
+            "f16" => Ok(Self::F16),
+            "q8_0" | "q8" => Ok(Self::Q8_0),
+            _ => Err(format!(
+                "unknown dtype {name:?}; expected one of {}",
+                Self::NAMES
+            )),
         }
     }
 }

@@ -109,7 +109,7 @@ struct AskArgs {
     #[arg(long, env = "RULING_BACKEND", default_value_t = ruling_core::DecoderBackend::default())]
     backend: ruling_core::DecoderBackend,
     /// The precision weight matrices are kept at: auto, native, f32, f16 or q8_0.
-    #[arg(long, env = "RULING_DTYPE", default_value = "auto", value_parser = parse_dtype)]
+    #[arg(long, env = "RULING_DTYPE", default_value = "auto")]
     dtype: WeightDtype,
     /// The model cache root (default: the platform cache directory + /ruling).
     #[arg(long, env = "RULING_CACHE")]
@@ -132,15 +132,6 @@ struct AskArgs {
     /// Most tokens one image may become; each is resized to fit.
     #[arg(long, env = "RULING_MAX_IMAGE_TOKENS", default_value_t = Options::default().max_image_tokens)]
     max_image_tokens: u32,
-}
-
-pub(crate) fn parse_dtype(given: &str) -> Result<WeightDtype, String> {
-    WeightDtype::parse(given).ok_or_else(|| {
-        format!(
-            "unknown dtype {given:?}; expected one of {}",
-            WeightDtype::NAMES
-        )
-    })
 }
 
 #[global_allocator]

@@ -124,7 +124,7 @@ pub struct RunArgs {
     #[arg(long, env = "RULING_BACKEND", default_value_t = ruling_core::DecoderBackend::default())]
     backend: ruling_core::DecoderBackend,
     /// In-process: the precision weight matrices are kept at (auto, native, f32, f16, q8_0).
-    #[arg(long, env = "RULING_DTYPE", default_value = "auto", value_parser = crate::parse_dtype)]
+    #[arg(long, env = "RULING_DTYPE", default_value = "auto")]
     dtype: WeightDtype,
     /// In-process: the model cache root.
     #[arg(long, env = "RULING_CACHE")]

@@ -82,8 +82,7 @@ struct LayoutRow {
 pub fn run(args: &DecoderBenchArgs) -> anyhow::Result<()> {
     if let Some(out) = &args.single {
         let model = args.models.split(',').next().unwrap_or_default();
-        let dtype =
-            WeightDtype::parse(&args.dtypes).with_context(|| format!("dtype {:?}", args.dtypes))?;
+        let dtype: WeightDtype = args.dtypes.parse().map_err(anyhow::Error::msg)?;
         let result = single(model, dtype, args)?;
         std::fs::write(out, serde_json::to_vec_pretty(&result)?)?;
         return Ok(());

@@ -287,13 +287,10 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?,
         layers: args.layers,
     };
-    let dtype = WeightDtype::parse(&args.dtype).ok_or_else(|| {
-        anyhow::anyhow!(
-            "--dtype {:?}: expected one of {}",
-            args.dtype,
-            WeightDtype::NAMES
-        )
-    })?;
+    let dtype: WeightDtype = args
+        .dtype
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--dtype: {e}"))?;
     for (flag, value, allowed) in [
         (
             "--label-smoothing",
