@@ -56,7 +56,7 @@ use ruling_backend::{
 };
 use ruling_calibration::{Calibration, CalibrationError};
 use ruling_candle::{Adapter, AdapterError, CandleBackend, LoadError, LoadOptions};
-use ruling_encoder::{EncoderEngine, EncoderError, EncoderOptions};
+use ruling_encoder::{EncoderEngine, EncoderError, EncoderOptions, Kernels};
 use ruling_models::{LocalModel, ModelSpec, PullError, PullOptions, SpecError};
 use ruling_schema::{SystemOneRequest, SystemOneResponse, ValidRequest, ValidationErrors};
 pub use settings::{CalibrationSource, Settings};
@@ -141,7 +141,8 @@ pub struct Options {
     /// then loads the adapted model alone, served under the adapter's name and calibrated by
     /// its own calibration, so `calibration` must be left unset.
     pub adapter: Option<AdapterChoice>,
-    /// The precision matrices are kept at.
+    /// The precision matrices are kept at. A decision encoder takes `Auto` (its dense layers
+    /// multiplied in bf16 on the CPU's AMX tile unit where it has one, f32 elsewhere) or `F32`.
     pub dtype: WeightDtype,
     /// The model cache (default: `RULING_CACHE`, else the platform cache directory).
     pub cache_dir: Option<PathBuf>,
@@ -435,6 +436,18 @@ impl Ruling {
                 setting: "--adaptive-margin",
             });
         }
+        // `auto` multiplies in bf16 where the CPU has AMX tiles; `f32` keeps every product
+        // exact to f32. The encoder has no quantized or f16 form.
+        let kernels = match options.dtype {
+            WeightDtype::Auto | WeightDtype::Native => Kernels::FusedBf16,
+            WeightDtype::F32 => Kernels::Fused,
+            WeightDtype::F16 | WeightDtype::Q8_0 => {
+                return Err(CoreError::NotForEncoder {
+                    model,
+                    setting: "--dtype f16 or q8_0 (an encoder runs at auto or f32)",
+                });
+            }
+        };
         let calibration = options
             .calibration
             .as_ref()
@@ -448,6 +461,7 @@ impl Ruling {
                 max_request_tokens: options
                     .max_request_tokens
                     .min(ruling_encoder::DEFAULT_MAX_REQUEST_TOKENS),
+                kernels,
             },
         )?;
         Ok(Self {

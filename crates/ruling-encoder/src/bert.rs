@@ -117,12 +117,14 @@ impl Layer {
         let key = Linear::load(&own.pp("key"), h, h, true)?;
         let value = Linear::load(&own.pp("value"), h, h, true)?;
         let projections = match kernels {
-            Kernels::Fused => Projections::Fused(Linear::stacked(&[&query, &key, &value])?),
+            Kernels::Fused | Kernels::FusedBf16 => {
+                Projections::Fused(Linear::stacked(&[&query, &key, &value])?.for_kernels(kernels)?)
+            }
             Kernels::Differentiable => Projections::Separate { query, key, value },
         };
         Ok(Self {
             projections,
-            attention_output: Linear::load(&out.pp("dense"), h, h, true)?,
+            attention_output: Linear::load(&out.pp("dense"), h, h, true)?.for_kernels(kernels)?,
             attention_norm: LayerNorm::load(
                 &out.pp("LayerNorm"),
                 h,
@@ -135,8 +137,10 @@ impl Layer {
                 h,
                 config.intermediate_size,
                 true,
-            )?,
-            output: Linear::load(&vb.pp("output.dense"), config.intermediate_size, h, true)?,
+            )?
+            .for_kernels(kernels)?,
+            output: Linear::load(&vb.pp("output.dense"), config.intermediate_size, h, true)?
+                .for_kernels(kernels)?,
             output_norm: LayerNorm::load(
                 &vb.pp("output.LayerNorm"),
                 h,

@@ -210,7 +210,7 @@ impl EncoderFiles {
     }
 
     /// The decision model for serving: the checkpoint must be trained and complete.
-    pub fn serving_model(&self) -> Result<DecisionModel, EncoderError> {
+    pub fn serving_model(&self, kernels: Kernels) -> Result<DecisionModel, EncoderError> {
         if self.meta.is_none() {
             return Err(EncoderError::NotTrained {
                 dir: self.dir.clone(),
@@ -224,7 +224,7 @@ impl EncoderFiles {
             });
         }
         let vb = VarBuilder::from_tensors(self.tensors.clone(), DType::F32, &Device::Cpu);
-        Ok(DecisionModel::load(vb, &self.config, Kernels::Fused)?)
+        Ok(DecisionModel::load(vb, &self.config, kernels)?)
     }
 }
 

@@ -24,6 +24,7 @@ use ruling_schema::{
 use crate::checkpoint::{CALIBRATION_FILE, CheckpointMeta, EncoderFiles};
 use crate::error::EncoderError;
 use crate::model::{BatchTensors, DecisionModel};
+use crate::ops::Kernels;
 use crate::pack::{EncoderQuestion, Limits, PackError, PrepareError, Prepared, prepare};
 use crate::tokenizer::EncoderTokenizer;
 
@@ -40,6 +41,10 @@ pub struct EncoderOptions {
     pub calibration: Option<Calibration>,
     /// Most tokens one request may pack.
     pub max_request_tokens: usize,
+    /// How the model computes. The default, [`Kernels::FusedBf16`], multiplies the dense
+    /// layers in bf16 on the CPU's AMX tile unit where it has one (f32 elsewhere);
+    /// [`Kernels::Fused`] keeps every product in f32.
+    pub kernels: Kernels,
 }
 
 impl Default for EncoderOptions {
@@ -48,6 +53,7 @@ impl Default for EncoderOptions {
             served_name: None,
             calibration: None,
             max_request_tokens: DEFAULT_MAX_REQUEST_TOKENS,
+            kernels: Kernels::FusedBf16,
         }
     }
 }
@@ -85,7 +91,7 @@ impl EncoderEngine {
     /// Open a trained checkpoint directory, check it whole, and bind a calibration.
     pub fn load(dir: &Path, options: EncoderOptions) -> Result<Self, EncoderError> {
         let files = EncoderFiles::open(dir)?;
-        let model = files.serving_model()?;
+        let model = files.serving_model(options.kernels)?;
         let meta = files.meta.clone().ok_or_else(|| EncoderError::NotTrained {
             dir: dir.to_owned(),
         })?;

@@ -129,7 +129,9 @@ fn rotate(
     let (batch, n, width) = x.dims3()?;
     let x = x.reshape((batch, n, heads, width / heads))?;
     let rotated = match kernels {
-        Kernels::Fused => candle_nn::rotary_emb::rope_thd(&x.contiguous()?, cos, sin)?,
+        Kernels::Fused | Kernels::FusedBf16 => {
+            candle_nn::rotary_emb::rope_thd(&x.contiguous()?, cos, sin)?
+        }
         Kernels::Differentiable => {
             let half = width / heads / 2;
             let cos = Tensor::cat(&[cos, cos], D::Minus1)?.unsqueeze(2)?;
@@ -171,21 +173,25 @@ impl Layer {
             } else {
                 Some(norm(&vb.pp("attn_norm"))?)
             },
-            wqkv: Linear::load(&vb.pp("attn.Wqkv"), h, 3 * h, config.attention_bias)?,
-            wo: Linear::load(&vb.pp("attn.Wo"), h, h, config.attention_bias)?,
+            wqkv: Linear::load(&vb.pp("attn.Wqkv"), h, 3 * h, config.attention_bias)?
+                .for_kernels(kernels)?,
+            wo: Linear::load(&vb.pp("attn.Wo"), h, h, config.attention_bias)?
+                .for_kernels(kernels)?,
             mlp_norm: norm(&vb.pp("mlp_norm"))?,
             wi: Linear::load(
                 &vb.pp("mlp.Wi"),
                 h,
                 2 * config.intermediate_size,
                 config.mlp_bias,
-            )?,
+            )?
+            .for_kernels(kernels)?,
             mlp_wo: Linear::load(
                 &vb.pp("mlp.Wo"),
                 config.intermediate_size,
                 h,
                 config.mlp_bias,
-            )?,
+            )?
+            .for_kernels(kernels)?,
             global: config.is_global(index),
         })
     }
@@ -250,7 +256,8 @@ impl ModernBert {
             .collect::<Result<Vec<_>>>()?;
         let head = if vb.contains_tensor("head.dense.weight") {
             Some((
-                Linear::load(&vb.pp("head.dense"), h, h, config.classifier_bias)?,
+                Linear::load(&vb.pp("head.dense"), h, h, config.classifier_bias)?
+                    .for_kernels(kernels)?,
                 norm(&vb.pp("head.norm"))?,
             ))
         } else {

@@ -5,7 +5,8 @@
 //! from a dozen slow elementwise operations, so a model that is being trained uses the kernels
 //! of [`crate::kernels`], which carry their own gradients. [`Kernels`] says which flavour a
 //! model runs: serving uses candle's fused ones, training ours. Both compute the same function;
-//! they differ only in floating-point rounding.
+//! they differ only in floating-point rounding. Serving may also multiply its dense layers in
+//! bf16 on the CPU's AMX tile unit ([`crate::tiles`]), where the CPU has one.
 
 use std::sync::Arc;
 
@@ -14,14 +15,25 @@ use candle_core::{D, DType, Device, Module, Result, Tensor};
 use crate::attend::{Attend, KeyLists};
 use crate::layout::LayoutPlan;
 
-/// Which implementation of layer norm and softmax a model uses.
+/// Which implementations of layer norm, softmax and the dense products a model uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Kernels {
-    /// candle's fused CPU kernels: for inference.
+    /// candle's fused CPU kernels and f32 products: for inference, exact to f32 rounding.
     #[default]
     Fused,
+    /// `Fused`, with each dense layer's product in bf16 on the AMX tile unit where the CPU has
+    /// one and the layer's widths are multiples of 32 (f32 elsewhere): for serving. Several
+    /// times faster products, each within about 0.3% of the f32 one.
+    FusedBf16,
     /// Plain operations that backpropagate: for training.
     Differentiable,
+}
+
+impl Kernels {
+    /// Whether the model answers (candle's fused kernels) rather than trains.
+    pub fn fused(self) -> bool {
+        self != Self::Differentiable
+    }
 }
 
 /// A dense layer whose input may have any number of leading dimensions; they are flattened so
@@ -30,21 +42,38 @@ pub enum Kernels {
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
+    /// The weight packed for the tile unit, when the layer multiplies there.
+    tiles: Option<Arc<crate::tiles::PackedWeight>>,
 }
 
 impl Linear {
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self { weight, bias }
+        Self {
+            weight,
+            bias,
+            tiles: None,
+        }
+    }
+
+    /// The same layer, multiplying on the tile unit when `kernels` asks for it and this CPU
+    /// and the layer's widths allow.
+    pub fn for_kernels(mut self, kernels: Kernels) -> Result<Self> {
+        if kernels == Kernels::FusedBf16 && crate::tiles::available() {
+            let (outputs, inputs) = self.weight.dims2()?;
+            let weight = self.weight.flatten_all()?.to_vec1::<f32>()?;
+            self.tiles = crate::tiles::PackedWeight::new(&weight, outputs, inputs).map(Arc::new);
+        }
+        Ok(self)
     }
 
     /// Several layers over the same input as one, their outputs side by side in order.
     pub fn stacked(parts: &[&Self]) -> Result<Self> {
         let weights: Vec<&Tensor> = parts.iter().map(|p| &p.weight).collect();
         let biases: Option<Vec<&Tensor>> = parts.iter().map(|p| p.bias.as_ref()).collect();
-        Ok(Self {
-            weight: Tensor::cat(&weights, 0)?,
-            bias: biases.map(|b| Tensor::cat(&b, 0)).transpose()?,
-        })
+        Ok(Self::new(
+            Tensor::cat(&weights, 0)?,
+            biases.map(|b| Tensor::cat(&b, 0)).transpose()?,
+        ))
     }
 
     pub fn load(
@@ -59,12 +88,15 @@ impl Linear {
         } else {
             None
         };
-        Ok(Self { weight, bias })
+        Ok(Self::new(weight, bias))
     }
 }
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(tiles) = &self.tiles {
+            return crate::tiles::linear(x, tiles, self.bias.as_ref());
+        }
         let dims = x.dims();
         let inputs = dims[dims.len() - 1];
         let rows = x.elem_count() / inputs.max(1);
@@ -115,7 +147,7 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if self.kernels == Kernels::Fused && x.is_contiguous() && x.dtype() == DType::F32 {
+        if self.kernels.fused() && x.is_contiguous() && x.dtype() == DType::F32 {
             let zeros;
             let bias = match &self.bias {
                 Some(bias) => bias,
@@ -138,7 +170,7 @@ impl Module for LayerNorm {
 /// Softmax over the last dimension.
 pub fn softmax_last(x: &Tensor, kernels: Kernels) -> Result<Tensor> {
     match kernels {
-        Kernels::Fused => candle_nn::ops::softmax_last_dim(x),
+        Kernels::Fused | Kernels::FusedBf16 => candle_nn::ops::softmax_last_dim(x),
         Kernels::Differentiable => crate::kernels::softmax(x),
     }
 }
@@ -287,7 +319,7 @@ pub fn attention(
                 candle_core::bail!("a grouped mask lays the batch out as one row, not {batch}");
             }
             if let Some(lists) = &grouped.lists
-                && kernels == Kernels::Fused
+                && kernels.fused()
                 && q.device().is_cpu()
                 && q.dtype() == DType::F32
             {

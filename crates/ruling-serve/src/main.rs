@@ -97,6 +97,11 @@ struct ServeArgs {
     /// decision encoder ignores it.
     #[arg(long, env = "RULING_BACKEND", default_value_t = ruling_core::DecoderBackend::default())]
     backend: ruling_core::DecoderBackend,
+    /// The precision of the model's matrices: auto, native, f32, f16 or q8_0 (candle
+    /// decoders). A decision encoder takes auto (bf16 products on the CPU's AMX tile unit
+    /// where it has one) or f32.
+    #[arg(long, env = "RULING_DTYPE", default_value = "auto")]
+    dtype: ruling_core::WeightDtype,
     /// Orderings averaged per question (1: as given; 2: both directions for noul and score).
     /// Default: the model's serving profile, else 1.
     #[arg(long, env = "RULING_ROTATIONS", value_parser = clap::value_parser!(u32).range(1..))]
@@ -284,6 +289,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let options = ruling_core::Options {
         backend: args.backend,
+        dtype: args.dtype,
         workers: config.workers,
         rotations: args.rotations,
         prior: match (args.prior, args.no_prior) {

@@ -628,7 +628,7 @@ fn calibrate(output: &Path, valid: &[Example], device: &Device) -> anyhow::Resul
         .meta
         .clone()
         .context("the written checkpoint has no decision.json")?;
-    let model = files.serving_model()?;
+    let model = files.serving_model(ruling_encoder::EncoderOptions::default().kernels)?;
     let mut samples = Vec::new();
     for chunk in valid.chunks(32) {
         let examples: Vec<&Example> = chunk.iter().collect();
