@@ -142,7 +142,7 @@ pub struct Options {
     /// its own calibration, so `calibration` must be left unset.
     pub adapter: Option<AdapterChoice>,
     /// The precision matrices are kept at. A decision encoder takes `Auto` (its dense layers
-    /// multiplied in bf16 on the CPU's AMX tile unit where it has one, f32 elsewhere) or `F32`.
+    /// multiplied in bf16 where the CPU has AMX tiles or AVX-512 BF16, f32 elsewhere) or `F32`.
     pub dtype: WeightDtype,
     /// The model cache (default: `RULING_CACHE`, else the platform cache directory).
     pub cache_dir: Option<PathBuf>,
@@ -436,7 +436,7 @@ impl Ruling {
                 setting: "--adaptive-margin",
             });
         }
-        // `auto` multiplies in bf16 where the CPU has AMX tiles; `f32` keeps every product
+        // `auto` multiplies in bf16 where the CPU has AMX tiles or AVX-512 BF16; `f32` keeps every product
         // exact to f32. The encoder has no quantized or f16 form.
         let kernels = match options.dtype {
             WeightDtype::Auto | WeightDtype::Native => Kernels::FusedBf16,

@@ -42,7 +42,7 @@ pub struct EncoderOptions {
     /// Most tokens one request may pack.
     pub max_request_tokens: usize,
     /// How the model computes. The default, [`Kernels::FusedBf16`], multiplies the dense
-    /// layers in bf16 on the CPU's AMX tile unit where it has one (f32 elsewhere);
+    /// layers in bf16 where the CPU has AMX tiles or AVX-512 BF16 (f32 elsewhere);
     /// [`Kernels::Fused`] keeps every product in f32.
     pub kernels: Kernels,
 }

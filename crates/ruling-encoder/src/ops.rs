@@ -6,7 +6,7 @@
 //! of [`crate::kernels`], which carry their own gradients. [`Kernels`] says which flavour a
 //! model runs: serving uses candle's fused ones, training ours. Both compute the same function;
 //! they differ only in floating-point rounding. Serving may also multiply its dense layers in
-//! bf16 on the CPU's AMX tile unit ([`crate::tiles`]), where the CPU has one.
+//! bf16 on the CPU's AMX tiles or AVX-512 BF16 ([`crate::tiles`]), where it has either.
 
 use std::sync::Arc;
 
@@ -21,9 +21,9 @@ pub enum Kernels {
     /// candle's fused CPU kernels and f32 products: for inference, exact to f32 rounding.
     #[default]
     Fused,
-    /// `Fused`, with each dense layer's product in bf16 on the AMX tile unit where the CPU has
-    /// one and the layer's widths are multiples of 32 (f32 elsewhere): for serving. Several
-    /// times faster products, each within about 0.3% of the f32 one.
+    /// `Fused`, with each dense layer's product in bf16 where the CPU has AMX tiles or
+    /// AVX-512 BF16 and the layer's widths are multiples of 32 (f32 elsewhere): for serving.
+    /// Faster products (several times on tiles), each within about 0.3% of the f32 one.
     FusedBf16,
     /// Plain operations that backpropagate: for training.
     Differentiable,
@@ -42,7 +42,7 @@ impl Kernels {
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
-    /// The weight packed for the tile unit, when the layer multiplies there.
+    /// The weight packed for bf16 products, when the layer multiplies that way.
     tiles: Option<Arc<crate::tiles::PackedWeight>>,
 }
 
@@ -55,7 +55,7 @@ impl Linear {
         }
     }
 
-    /// The same layer, multiplying on the tile unit when `kernels` asks for it and this CPU
+    /// The same layer, multiplying in bf16 when `kernels` asks for it and this CPU
     /// and the layer's widths allow.
     pub fn for_kernels(mut self, kernels: Kernels) -> Result<Self> {
         if kernels == Kernels::FusedBf16 && crate::tiles::available() {

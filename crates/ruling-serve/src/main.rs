@@ -98,8 +98,8 @@ struct ServeArgs {
     #[arg(long, env = "RULING_BACKEND", default_value_t = ruling_core::DecoderBackend::default())]
     backend: ruling_core::DecoderBackend,
     /// The precision of the model's matrices: auto, native, f32, f16 or q8_0 (candle
-    /// decoders). A decision encoder takes auto (bf16 products on the CPU's AMX tile unit
-    /// where it has one) or f32.
+    /// decoders). A decision encoder takes auto (bf16 products where the CPU has AMX tiles or
+    /// AVX-512 BF16) or f32.
     #[arg(long, env = "RULING_DTYPE", default_value = "auto")]
     dtype: ruling_core::WeightDtype,
     /// Orderings averaged per question (1: as given; 2: both directions for noul and score).
