@@ -436,8 +436,8 @@ impl Ruling {
                 setting: "--adaptive-margin",
             });
         }
-        // `auto` multiplies in bf16 where the CPU has AMX tiles or AVX-512 BF16; `f32` keeps every product
-        // exact to f32. The encoder has no quantized or f16 form.
+        // `auto` multiplies in bf16 where the CPU has AMX tiles or AVX-512 BF16; `f32` keeps
+        // every product exact to f32. The encoder has no quantized or f16 form.
         let kernels = match options.dtype {
             WeightDtype::Auto | WeightDtype::Native => Kernels::FusedBf16,
             WeightDtype::F32 => Kernels::Fused,

@@ -203,9 +203,9 @@ impl CustomOp1 for Product {
     }
 }
 
-// The crate's only unsafe code: CPUID, one system call, the tile instructions, which Rust
-// reaches only through inline assembly (its AMX intrinsics are unstable), and the AVX-512 BF16
-// intrinsics.
+// The crate's unsafe code, but for `attend.rs`'s AVX2 dispatch: CPUID, one system call, the
+// tile instructions, which Rust reaches only through inline assembly (its AMX intrinsics are
+// unstable), and the AVX-512 BF16 intrinsics.
 #[allow(unsafe_code)]
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod arch {
@@ -243,13 +243,17 @@ mod arch {
     pub(super) fn detect() -> Option<Unit> {
         if tiles_granted() {
             Some(Unit::Tiles)
-        } else if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bf16")
-        {
+        } else if vectors_supported() {
             Some(Unit::Vectors)
         } else {
             None
         }
+    }
+
+    /// Whether the CPU has AVX-512 BF16 (and the AVX-512 foundation it builds on).
+    pub(super) fn vectors_supported() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
     }
 
     fn tiles_granted() -> bool {
@@ -426,6 +430,10 @@ mod arch {
         None
     }
 
+    pub(super) fn vectors_supported() -> bool {
+        false
+    }
+
     pub(super) fn block(_: Unit, _: &[u16], _: &PackedWeight, _: &mut [f32]) {
         unreachable!("bf16 products are used only where `detect` found a unit for them")
     }
@@ -473,10 +481,7 @@ mod tests {
         if unit() == Some(Unit::Tiles) {
             units.push(Unit::Tiles);
         }
-        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bf16")
-        {
+        if arch::vectors_supported() {
             units.push(Unit::Vectors);
         }
         if units.is_empty() {
