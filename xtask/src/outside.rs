@@ -62,7 +62,10 @@ pub fn run() -> anyhow::Result<()> {
 
 /// `cargo package` every publishable crate of the workspace; the `.crate` files made.
 fn package(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let dir = root.join("target/package");
+    // `cargo package` writes under the target directory, which CARGO_TARGET_DIR may move.
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let dir = target.join("package");
     // Only this run's archives: an older version's would be patched in beside them.
     if let Ok(entries) = std::fs::read_dir(&dir) {
         for entry in entries.flatten() {
