@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use crate::kernels::{add, add_bias};
 use crate::ops::{AttentionMask, Kernels, LayerNorm, Linear, attention, attention_at, rows_at};
+use crate::rowwise::AfterAttention;
 
 /// The activation of the feed-forward layer, as `config.json` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -105,6 +106,9 @@ struct Layer {
     intermediate: Linear,
     output: Linear,
     output_norm: LayerNorm,
+    /// The layers after attention as one row-wise pass, where they all multiply in bf16
+    /// ([`crate::rowwise`]).
+    after: Option<AfterAttention>,
 }
 
 impl Layer {
@@ -122,7 +126,7 @@ impl Layer {
             }
             Kernels::Differentiable => Projections::Separate { query, key, value },
         };
-        Ok(Self {
+        let mut layer = Self {
             projections,
             attention_output: Linear::load(&out.pp("dense"), h, h, true)?.for_kernels(kernels)?,
             attention_norm: LayerNorm::load(
@@ -148,7 +152,44 @@ impl Layer {
                 true,
                 kernels,
             )?,
-        })
+            after: None,
+        };
+        if config.hidden_act == HiddenAct::Gelu {
+            layer.after = layer.after_attention()?;
+        }
+        Ok(layer)
+    }
+
+    /// The row-wise pass, when every dense layer after attention multiplies in bf16.
+    fn after_attention(&self) -> Result<Option<AfterAttention>> {
+        let Some(unit) = crate::tiles::unit() else {
+            return Ok(None);
+        };
+        let parts = (
+            self.attention_output.dense()?,
+            self.attention_norm.norm()?,
+            self.intermediate.dense()?,
+            self.output.dense()?,
+            self.output_norm.norm()?,
+        );
+        let (
+            Some(attention_output),
+            Some(attention_norm),
+            Some(intermediate),
+            Some(output),
+            Some(output_norm),
+        ) = parts
+        else {
+            return Ok(None);
+        };
+        Ok(Some(AfterAttention {
+            unit,
+            attention_output,
+            attention_norm,
+            intermediate,
+            output,
+            output_norm,
+        }))
     }
 
     fn forward(
@@ -201,6 +242,9 @@ impl Layer {
         act: HiddenAct,
         kernels: Kernels,
     ) -> Result<Tensor> {
+        if let Some(after) = &self.after {
+            return after.forward(context, x);
+        }
         let x = self
             .attention_norm
             .forward(&add(&self.attention_output.forward(context)?, x)?)?;

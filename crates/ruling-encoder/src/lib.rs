@@ -24,6 +24,7 @@ pub mod model;
 pub mod modernbert;
 pub mod ops;
 pub mod pack;
+mod rowwise;
 pub mod tiles;
 mod tokenizer;
 pub mod train;

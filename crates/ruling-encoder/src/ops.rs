@@ -66,6 +66,17 @@ impl Linear {
         Ok(self)
     }
 
+    /// The layer as [`crate::rowwise`] takes it: packed for bf16 products, with its bias.
+    pub fn dense(&self) -> Result<Option<crate::rowwise::Dense>> {
+        let (Some(weight), Some(bias)) = (&self.tiles, &self.bias) else {
+            return Ok(None);
+        };
+        Ok(Some(crate::rowwise::Dense {
+            weight: Arc::clone(weight),
+            bias: bias.to_vec1()?,
+        }))
+    }
+
     /// Several layers over the same input as one, their outputs side by side in order.
     pub fn stacked(parts: &[&Self]) -> Result<Self> {
         let weights: Vec<&Tensor> = parts.iter().map(|p| &p.weight).collect();
@@ -142,6 +153,20 @@ impl LayerNorm {
             eps,
             kernels,
         })
+    }
+}
+
+impl LayerNorm {
+    /// The norm as [`crate::rowwise`] takes it; `None` without a bias.
+    pub fn norm(&self) -> Result<Option<crate::rowwise::Norm>> {
+        let Some(bias) = &self.bias else {
+            return Ok(None);
+        };
+        Ok(Some(crate::rowwise::Norm {
+            weight: self.weight.to_vec1()?,
+            bias: bias.to_vec1()?,
+            eps: self.eps as f32,
+        }))
     }
 }
 

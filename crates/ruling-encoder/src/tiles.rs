@@ -50,7 +50,7 @@ impl std::fmt::Display for Unit {
 
 impl Unit {
     /// The rows one call multiplies: two tiles' worth, or the vector kernel's eight.
-    fn rows(self) -> usize {
+    pub fn rows(self) -> usize {
         match self {
             Self::Tiles => BLOCK,
             Self::Vectors => VECTOR_ROWS,
@@ -106,6 +106,10 @@ impl PackedWeight {
         self.outputs
     }
 
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
     /// The 16 x 32 weight tile of outputs `16 * group ..` as the tile loads read it: 16 rows
     /// of 64 bytes, one row per pair of inputs, advancing 1,024 bytes per 32 inputs.
     fn group(&self, group: usize) -> *const u16 {
@@ -145,6 +149,31 @@ fn to_bf16(x: f32) -> u16 {
     ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16
 }
 
+/// One block of rows through a dense layer: `out` (the unit's block of rows by the weight's
+/// outputs) = the rows `x` (f32, at most a block of them; the rest of the block counts as zero
+/// rows) times the weight, plus `bias`. `a` is the block's bf16 scratch, `rows x inputs`.
+pub(crate) fn block_product(
+    unit: Unit,
+    x: &[f32],
+    weight: &PackedWeight,
+    bias: Option<&[f32]>,
+    a: &mut [u16],
+    out: &mut [f32],
+) {
+    for (a, &x) in a.iter_mut().zip(x) {
+        *a = to_bf16(x);
+    }
+    a[x.len()..].fill(0);
+    arch::block(unit, a, weight, out);
+    if let Some(bias) = bias {
+        for row in out.chunks_exact_mut(weight.outputs) {
+            for (o, b) in row.iter_mut().zip(bias) {
+                *o += b;
+            }
+        }
+    }
+}
+
 struct Product {
     unit: Unit,
     weight: Arc<PackedWeight>,
@@ -169,31 +198,17 @@ impl CustomOp1 for Product {
         }
         let rows = x.len() / inputs;
         // The unit's block of rows: one task each, so a short request still keeps both
-        // cores busy on the vector unit.
+        // cores busy on the vector unit. Each task rounds its own rows to bf16.
         let step = self.unit.rows();
-        let padded = rows.div_ceil(step) * step;
-        // Activations in bf16, padded with zero rows to whole blocks.
-        let mut a = vec![0u16; padded * inputs];
-        a.par_chunks_mut(step * inputs)
-            .zip(x.par_chunks(step * inputs))
-            .for_each(|(a, x)| {
-                for (a, &x) in a.iter_mut().zip(x) {
-                    *a = to_bf16(x);
-                }
-            });
-        let mut out = vec![0f32; padded * outputs];
+        let mut out = vec![0f32; rows.div_ceil(step) * step * outputs];
         out.par_chunks_mut(step * outputs)
-            .zip(a.par_chunks(step * inputs))
-            .for_each(|(out, a)| {
-                arch::block(self.unit, a, &self.weight, out);
-                if let Some(bias) = &self.bias {
-                    for row in out.chunks_exact_mut(outputs) {
-                        for (o, b) in row.iter_mut().zip(bias) {
-                            *o += b;
-                        }
-                    }
-                }
-            });
+            .zip(x.par_chunks(step * inputs))
+            .for_each_init(
+                || vec![0u16; step * inputs],
+                |a, (out, x)| {
+                    block_product(self.unit, x, &self.weight, self.bias.as_deref(), a, out);
+                },
+            );
         out.truncate(rows * outputs);
         let mut dims = layout.shape().dims().to_vec();
         if let Some(last) = dims.last_mut() {
