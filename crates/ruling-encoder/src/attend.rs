@@ -3,14 +3,20 @@
 //! The batched form of [`crate::layout`] gathers every part's keys into padded rows and runs
 //! them through matrix products, a bias add and a softmax, each allocating and sweeping the
 //! padded score tensor. For a 77-way question those sweeps cost more than the products. Here
-//! each query token walks its own key list (its context, then its part) once per layer: dot
-//! products, softmax and the weighted sum of values, with no padding, no mask values and no
+//! each query token walks its own key list (its context, then its part) once per layer:
+//! scores, softmax and the weighted sum of values, with no padding, no mask values and no
 //! intermediate tensors. It has no gradient, so training keeps the batched form.
 //!
-//! A token's result is computed from its query, its keys and its values alone, every sum taken
-//! in key order with fixed vector lanes, so it is bit-identical whatever else the sequence holds
-//! and however tokens are split between threads: what makes answers invariant to the other
-//! questions of a request holds by construction, without the alignment the batched form needs.
+//! Up to four consecutive tokens of one part go together, since they share their keys: each
+//! key and value row is read once for all of them. The keys are transposed once per layer, so
+//! the scores of eight consecutive keys (a part's keys are a few runs of consecutive tokens)
+//! build up side by side in one vector, with no sum across lanes.
+//!
+//! A token's result is computed from its query, its keys and its values alone: each score sums
+//! over the head's dimensions in order, each output over the keys in order. So it is
+//! bit-identical whatever else the sequence holds, whichever tokens share its group and however
+//! tokens are split between threads: what makes answers invariant to the other questions of a
+//! request holds by construction, without the alignment the batched form needs.
 
 use std::sync::Arc;
 
@@ -101,109 +107,186 @@ pub struct Attend {
     pub queries: Option<Arc<[u32]>>,
 }
 
-/// Lanes of the fixed-order sums: one AVX register, or two SSE ones.
-const LANES: usize = 8;
+/// Query rows attended together: they share their part's keys, so each key and value row
+/// read serves all of them.
+const GROUP: usize = 4;
 
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; LANES];
-    let chunks = a.len() / LANES * LANES;
-    for (ca, cb) in a[..chunks]
-        .chunks_exact(LANES)
-        .zip(b[..chunks].chunks_exact(LANES))
-    {
-        for l in 0..LANES {
-            acc[l] += ca[l] * cb[l];
+/// Keys per score vector.
+const KEYS: usize = 8;
+
+/// Every token's keys, transposed: for each of the `width` key columns, that column of every
+/// token side by side, so the scores of eight consecutive keys are one vector.
+struct Transposed {
+    columns: Vec<f32>,
+    tokens: usize,
+}
+
+impl Transposed {
+    fn new(k: &Rows<'_>) -> Self {
+        let tokens = k.rows;
+        let mut columns = vec![0f32; k.width * tokens];
+        for t in 0..tokens {
+            for (c, &x) in k.row(t).iter().enumerate() {
+                columns[c * tokens + t] = x;
+            }
         }
+        Self { columns, tokens }
     }
-    let mut sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (x, y) in a[chunks..].iter().zip(&b[chunks..]) {
-        sum += x * y;
+
+    /// Column `c` from token `from` on.
+    fn column(&self, c: usize, from: usize) -> &[f32] {
+        &self.columns[c * self.tokens + from..(c + 1) * self.tokens]
     }
-    sum
 }
 
 impl Attend {
-    /// One token's attended values into `out` (`heads * head_dim` values); `query` is its row
-    /// of queries. Where the CPU has AVX2 the same code is compiled for it: the same
-    /// operations in the same order (Rust never fuses a multiply and an add on its own), so
-    /// the same bits, in registers twice as wide as the baseline target's.
+    /// The query rows `first.0 ..` of `first.1` (`out.len() / width` of them), which all see
+    /// the keys `list`, into `out`. Where the CPU has AVX2 the same code is compiled for it:
+    /// the same operations in the same order (Rust never fuses a multiply and an add on its
+    /// own), so the same bits, in registers twice as wide as the baseline target's.
     #[allow(unsafe_code)]
-    fn token(&self, token: usize, query: &[f32], k: &Rows<'_>, v: &Rows<'_>, out: &mut [f32]) {
+    fn group(
+        &self,
+        list: &[u32],
+        first: (usize, &Rows<'_>),
+        keys: &Transposed,
+        v: &Rows<'_>,
+        out: &mut [f32],
+    ) {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { self.token_avx2(token, query, k, v, out) };
+            return unsafe { self.group_avx2(list, first, keys, v, out) };
         }
-        self.token_portable(token, query, k, v, out);
+        self.group_portable(list, first, keys, v, out);
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    fn token_avx2(&self, token: usize, query: &[f32], k: &Rows<'_>, v: &Rows<'_>, out: &mut [f32]) {
-        self.token_portable(token, query, k, v, out);
-    }
-
-    #[inline(always)]
-    fn token_portable(
+    fn group_avx2(
         &self,
-        token: usize,
-        query: &[f32],
-        k: &Rows<'_>,
+        list: &[u32],
+        first: (usize, &Rows<'_>),
+        keys: &Transposed,
         v: &Rows<'_>,
         out: &mut [f32],
     ) {
-        let width = out.len();
+        self.group_portable(list, first, keys, v, out);
+    }
+
+    #[inline(always)]
+    fn group_portable(
+        &self,
+        list: &[u32],
+        first: (usize, &Rows<'_>),
+        keys: &Transposed,
+        v: &Rows<'_>,
+        out: &mut [f32],
+    ) {
+        let width = first.1.width;
+        match out.len() / width {
+            1 => self.rows::<1>(list, first, keys, v, out),
+            2 => self.rows::<2>(list, first, keys, v, out),
+            3 => self.rows::<3>(list, first, keys, v, out),
+            _ => self.rows::<GROUP>(list, first, keys, v, out),
+        }
+    }
+
+    /// `G` query rows of one part. Each score is its query's and key's products summed over
+    /// the head's dimensions in order, and each output sums its keys' values in key order:
+    /// which rows share the call, and which lane a key's score takes, change no bits.
+    #[inline(always)]
+    fn rows<const G: usize>(
+        &self,
+        list: &[u32],
+        (row, q): (usize, &Rows<'_>),
+        keys: &Transposed,
+        v: &Rows<'_>,
+        out: &mut [f32],
+    ) {
+        let width = q.width;
         let head_dim = width / self.heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
-        let all = self.lists.keys_of(token);
-        let keys: Vec<u32>;
-        let keys = match &self.lists.window {
-            None => all,
-            Some((positions, reach)) => {
-                let at = positions[token];
-                keys = all
-                    .iter()
-                    .copied()
-                    .filter(|&key| positions[key as usize].abs_diff(at) as usize <= *reach)
-                    .collect();
-                &keys
+        let n = list.len();
+        let queries: [&[f32]; G] = std::array::from_fn(|g| q.row(row + g));
+        // Scores, query by query, head by head, key by key in list order.
+        let mut scores = vec![0f32; G * self.heads * n];
+        let at = |g: usize, h: usize, j: usize| (g * self.heads + h) * n + j;
+        let mut j = 0;
+        while j < n {
+            // A run of consecutive tokens in the list.
+            let start = list[j] as usize;
+            let mut len = 1;
+            while j + len < n && list[j + len] as usize == start + len {
+                len += 1;
             }
-        };
-        let n = keys.len();
-        let mut scores = vec![0f32; self.heads * n];
-        for (j, &key) in keys.iter().enumerate() {
-            let key_row = k.row(key as usize);
             for h in 0..self.heads {
-                let span = h * head_dim..(h + 1) * head_dim;
-                scores[h * n + j] = dot(&query[span.clone()], &key_row[span]) * scale;
+                let dims = h * head_dim..(h + 1) * head_dim;
+                let mut i = 0;
+                while i + KEYS <= len {
+                    let mut sums = [[0f32; KEYS]; G];
+                    for d in dims.clone() {
+                        let column = &keys.column(d, start + i)[..KEYS];
+                        for g in 0..G {
+                            let x = queries[g][d];
+                            for l in 0..KEYS {
+                                sums[g][l] += x * column[l];
+                            }
+                        }
+                    }
+                    for (g, sums) in sums.iter().enumerate() {
+                        for (l, s) in sums.iter().enumerate() {
+                            scores[at(g, h, j + i + l)] = s * scale;
+                        }
+                    }
+                    i += KEYS;
+                }
+                for i in i..len {
+                    let mut sums = [0f32; G];
+                    for d in dims.clone() {
+                        let x = keys.column(d, start + i)[0];
+                        for g in 0..G {
+                            sums[g] += queries[g][d] * x;
+                        }
+                    }
+                    for (g, s) in sums.iter().enumerate() {
+                        scores[at(g, h, j + i)] = s * scale;
+                    }
+                }
             }
+            j += len;
         }
-        let mut sums = vec![0f32; self.heads];
-        for (h, row) in scores.chunks_exact_mut(n).enumerate() {
+        // Softmax numerators and their sums.
+        let mut totals = vec![0f32; G * self.heads];
+        for (row, total) in scores.chunks_exact_mut(n).zip(&mut totals) {
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0f32;
             for s in row.iter_mut() {
                 *s = (*s - max).exp();
                 sum += *s;
             }
-            sums[h] = sum;
+            *total = sum;
         }
+        // Values, weighted, key by key.
         out.fill(0.0);
-        for (j, &key) in keys.iter().enumerate() {
+        for (j, &key) in list.iter().enumerate() {
             let value_row = v.row(key as usize);
-            for h in 0..self.heads {
-                let p = scores[h * n + j];
-                let span = h * head_dim..(h + 1) * head_dim;
-                for (o, x) in out[span.clone()].iter_mut().zip(&value_row[span]) {
-                    *o += p * x;
+            for (g, out) in out.chunks_exact_mut(width).enumerate() {
+                for h in 0..self.heads {
+                    let p = scores[at(g, h, j)];
+                    let span = h * head_dim..(h + 1) * head_dim;
+                    for (o, x) in out[span.clone()].iter_mut().zip(&value_row[span]) {
+                        *o += p * x;
+                    }
                 }
             }
         }
-        for (h, chunk) in out.chunks_exact_mut(head_dim).enumerate() {
-            let inverse = 1.0 / sums[h];
-            for o in chunk {
-                *o *= inverse;
+        for (g, out) in out.chunks_exact_mut(width).enumerate() {
+            for (h, chunk) in out.chunks_exact_mut(head_dim).enumerate() {
+                let inverse = 1.0 / totals[g * self.heads + h];
+                for o in chunk {
+                    *o *= inverse;
+                }
             }
         }
     }
@@ -252,13 +335,52 @@ impl CustomOp3 for Attend {
         {
             candle_core::bail!("{}: query token {bad} of {tokens}", self.name());
         }
-        let mut out = vec![0f32; q.rows * width];
-        crate::kernels::by_rows(&mut out, width, |row, values| {
-            let token = self
-                .queries
+        let token_of = |row: usize| {
+            self.queries
                 .as_ref()
-                .map_or(row, |queries| queries[row] as usize);
-            self.token(token, q.row(row), &k, &v, values);
+                .map_or(row, |queries| queries[row] as usize)
+        };
+        use rayon::prelude::*;
+        let keys = Transposed::new(&k);
+        // Runs of up to `GROUP` consecutive query rows of one part: they share their keys
+        // (unless a window narrows each token's keys further).
+        let most = if self.lists.window.is_some() {
+            1
+        } else {
+            GROUP
+        };
+        let mut out = vec![0f32; q.rows * width];
+        let mut groups: Vec<(usize, &mut [f32])> = Vec::new();
+        let mut rest = out.as_mut_slice();
+        let mut row = 0;
+        while row < q.rows {
+            let part = self.lists.part_of[token_of(row)];
+            let mut len = 1;
+            while len < most
+                && row + len < q.rows
+                && self.lists.part_of[token_of(row + len)] == part
+            {
+                len += 1;
+            }
+            let (group, tail) = rest.split_at_mut(len * width);
+            groups.push((row, group));
+            rest = tail;
+            row += len;
+        }
+        groups.into_par_iter().for_each(|(row, out)| {
+            let token = token_of(row);
+            let all = self.lists.keys_of(token);
+            let list = match &self.lists.window {
+                None => std::borrow::Cow::Borrowed(all),
+                Some((positions, reach)) => {
+                    let at = positions[token];
+                    all.iter()
+                        .copied()
+                        .filter(|&key| positions[key as usize].abs_diff(at) as usize <= *reach)
+                        .collect()
+                }
+            };
+            self.group(&list, (row, &q), &keys, &v, out);
         });
         Ok((CpuStorage::F32(out), Shape::from((q.rows, width))))
     }
