@@ -82,6 +82,7 @@ fn output(values: Vec<f32>, layout: &Layout) -> (CpuStorage, Shape) {
 /// erf for f32, branch-free and vectorisable: the rational approximation Eigen and XLA use
 /// (odd degree-13 numerator over an even degree-8 denominator on a clamped input), within 1e-6
 /// of the true erf (see the test).
+#[inline]
 pub fn erf(x: f32) -> f32 {
     let x = x.clamp(-4.0, 4.0);
     let x2 = x * x;
@@ -99,6 +100,12 @@ pub fn erf(x: f32) -> f32 {
     p / q
 }
 
+/// GELU of one value, `x * Phi(x)` with [`erf`].
+#[inline(always)]
+pub(crate) fn gelu_of(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
 const WIDTH: usize = 4096;
 
 struct Gelu;
@@ -114,7 +121,7 @@ impl CustomOp1 for Gelu {
         by_rows(&mut out, WIDTH.min(x.len().max(1)), |r, row| {
             let start = r * WIDTH.min(x.len().max(1));
             for (o, &v) in row.iter_mut().zip(&x[start..]) {
-                *o = 0.5 * v * (1.0 + erf(v * std::f32::consts::FRAC_1_SQRT_2));
+                *o = gelu_of(v);
             }
         });
         Ok(output(out, layout))

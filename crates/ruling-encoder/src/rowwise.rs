@@ -116,7 +116,7 @@ impl AfterAttention {
             &mut widened,
         );
         for v in &mut widened[..rows * inner] {
-            *v = 0.5 * *v * (1.0 + crate::kernels::erf(*v * std::f32::consts::FRAC_1_SQRT_2));
+            *v = crate::kernels::gelu_of(*v);
         }
         // Down, residual, norm.
         let mut narrowed = vec![0f32; step * hidden];

@@ -218,9 +218,9 @@ impl CustomOp1 for Product {
     }
 }
 
-// The crate's unsafe code, but for `attend.rs`'s AVX2 dispatch: CPUID, one system call, the
-// tile instructions, which Rust reaches only through inline assembly (its AMX intrinsics are
-// unstable), and the AVX-512 BF16 intrinsics.
+// The crate's unsafe code, but for the AVX2 dispatches of `attend.rs` and `rowwise.rs`:
+// CPUID, one system call, the tile instructions, which Rust reaches only through inline
+// assembly (its AMX intrinsics are unstable), and the AVX-512 BF16 intrinsics.
 #[allow(unsafe_code)]
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod arch {
