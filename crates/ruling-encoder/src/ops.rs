@@ -67,7 +67,7 @@ impl Linear {
     }
 
     /// The layer as [`crate::rowwise`] takes it: packed for bf16 products, with its bias.
-    pub fn dense(&self) -> Result<Option<crate::rowwise::Dense>> {
+    pub(crate) fn dense(&self) -> Result<Option<crate::rowwise::Dense>> {
         let (Some(weight), Some(bias)) = (&self.tiles, &self.bias) else {
             return Ok(None);
         };
@@ -158,7 +158,7 @@ impl LayerNorm {
 
 impl LayerNorm {
     /// The norm as [`crate::rowwise`] takes it; `None` without a bias.
-    pub fn norm(&self) -> Result<Option<crate::rowwise::Norm>> {
+    pub(crate) fn norm(&self) -> Result<Option<crate::rowwise::Norm>> {
         let Some(bias) = &self.bias else {
             return Ok(None);
         };
