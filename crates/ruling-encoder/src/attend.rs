@@ -424,3 +424,136 @@ impl<'a> Rows<'a> {
         &self.data[i * self.stride..][..self.width]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+    use crate::pack::{Limits, QuestionTokens, Special, pack};
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed;
+        (0..n)
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    /// A state of 13 tokens, a question of 6 with options of 3, 9 and 1 tokens, and a question
+    /// of 2 with two options of 5: parts whose lengths are not multiples of the group or of a
+    /// score vector.
+    fn lists() -> KeyLists {
+        let special = Special {
+            cls: 101,
+            sep: 102,
+            mask: 103,
+            pad: 0,
+        };
+        let question = |text: usize, options: &[usize]| QuestionTokens {
+            text: vec![5; text],
+            options: options.iter().map(|&n| vec![6; n]).collect(),
+        };
+        let packed = pack(
+            &[7; 13],
+            &[question(6, &[3, 9, 1]), question(2, &[5, 5])],
+            special,
+            Limits {
+                max_positions: 512,
+                max_tokens: 10_000,
+            },
+        )
+        .unwrap();
+        KeyLists::new(&LayoutPlan::new(&[&packed])).unwrap()
+    }
+
+    fn attend(lists: &Arc<KeyLists>, qkv: &[Tensor; 3], queries: Option<&[u32]>) -> Vec<f32> {
+        let [q, k, v] = qkv;
+        let op = Attend {
+            lists: Arc::clone(lists),
+            heads: 2,
+            queries: queries.map(Arc::from),
+        };
+        let q = match queries {
+            None => q.clone(),
+            Some(rows) => q
+                .index_select(
+                    &Tensor::from_slice(rows, rows.len(), q.device()).unwrap(),
+                    0,
+                )
+                .unwrap(),
+        };
+        q.apply_op3_no_bwd(k, v, &op)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    }
+
+    /// Every token's result is masked softmax attention over its part's keys, and its bits do
+    /// not depend on which other tokens are attended in the same call, in which order, or
+    /// which of them share its group.
+    #[test]
+    fn a_tokens_bits_depend_on_its_own_keys_alone() {
+        let lists = Arc::new(lists());
+        let (n, width, head_dim) = (lists.part_of.len(), 64, 32);
+        let qkv: [Tensor; 3] = std::array::from_fn(|i| {
+            Tensor::from_vec(values(n * width, i as u32 + 1), (n, width), &Device::Cpu).unwrap()
+        });
+        let every = attend(&lists, &qkv, None);
+
+        let rows: Vec<Vec<f32>> = qkv
+            .iter()
+            .map(|t| t.flatten_all().unwrap().to_vec1().unwrap())
+            .collect();
+        let (q, k, v) = (&rows[0], &rows[1], &rows[2]);
+        for t in 0..n {
+            let keys = lists.keys_of(t);
+            for h in 0..2 {
+                let dims = h * head_dim..(h + 1) * head_dim;
+                let scores: Vec<f64> = keys
+                    .iter()
+                    .map(|&key| {
+                        dims.clone()
+                            .map(|d| q[t * width + d] as f64 * k[key as usize * width + d] as f64)
+                            .sum::<f64>()
+                            / (head_dim as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = weights.iter().sum();
+                for d in dims {
+                    let expected: f64 = keys
+                        .iter()
+                        .zip(&weights)
+                        .map(|(&key, w)| w / total * v[key as usize * width + d] as f64)
+                        .sum();
+                    let got = every[t * width + d] as f64;
+                    assert!(
+                        (got - expected).abs() < 1e-5,
+                        "token {t}, column {d}: {got} against {expected}"
+                    );
+                }
+            }
+        }
+
+        let odd: Vec<u32> = (1..n as u32).step_by(2).collect();
+        let reversed: Vec<u32> = (0..n as u32).rev().collect();
+        let shifted: Vec<u32> = (3..n as u32).collect();
+        for queries in [&odd, &reversed, &shifted] {
+            let some = attend(&lists, &qkv, Some(queries));
+            for (i, &t) in queries.iter().enumerate() {
+                let t = t as usize;
+                assert_eq!(
+                    some[i * width..(i + 1) * width],
+                    every[t * width..(t + 1) * width],
+                    "token {t}"
+                );
+            }
+        }
+    }
+}
