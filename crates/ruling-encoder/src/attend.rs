@@ -431,16 +431,7 @@ mod tests {
 
     use super::*;
     use crate::pack::{Limits, QuestionTokens, Special, pack};
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut state = seed;
-        (0..n)
-            .map(|_| {
-                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
+    use crate::testing::values;
 
     /// A state of 13 tokens, a question of 6 with options of 3, 9 and 1 tokens, and a question
     /// of 2 with two options of 5: parts whose lengths are not multiples of the group or of a

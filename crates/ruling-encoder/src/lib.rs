@@ -41,3 +41,18 @@ pub use pack::{
     pack, prepare,
 };
 pub use tokenizer::EncoderTokenizer;
+
+#[cfg(test)]
+mod testing {
+    /// `n` reproducible values in [-0.5, 0.5) from `seed` (a linear congruential generator),
+    /// for the kernels' tests.
+    pub(crate) fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed;
+        (0..n)
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+}

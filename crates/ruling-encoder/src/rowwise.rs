@@ -216,13 +216,8 @@ mod tests {
     use crate::ops::{Kernels, LayerNorm, Linear};
 
     fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-        let mut state = seed;
-        (0..n)
-            .map(|_| {
-                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                ((state >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * scale
-            })
-            .collect()
+        let values = crate::testing::values(n, seed);
+        values.into_iter().map(|v| v * scale).collect()
     }
 
     fn tensor(values: Vec<f32>, shape: &[usize]) -> Tensor {

@@ -459,16 +459,7 @@ mod tests {
     use candle_core::Device;
 
     use super::*;
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut state = seed;
-        (0..n)
-            .map(|_| {
-                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
+    use crate::testing::values;
 
     #[test]
     fn bf16_rounds_to_nearest_even() {
