@@ -7,7 +7,7 @@
 //! and validation is by a hash of the state, so it does not depend on the order records come
 //! in, and no state is on both sides.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -142,29 +142,37 @@ pub fn gather(sources: &Sources) -> anyhow::Result<Gathered> {
 /// typo, and refused.
 fn apply_weights(records: &mut [Record], weights: &BTreeMap<String, f64>) -> anyhow::Result<()> {
     for (source, weight) in weights {
-        let applies = |family: &str| {
-            family == source
-                || family
-                    .strip_prefix(source.as_str())
-                    .is_some_and(|rest| rest.starts_with('_'))
-        };
         let mut matched = 0usize;
-        for record in records.iter_mut().filter(|r| applies(&r.family)) {
+        for record in records.iter_mut().filter(|r| of_source(&r.family, source)) {
             record.weight *= weight;
             matched += 1;
         }
         if matched == 0 {
-            let mut families: Vec<&str> = records.iter().map(|r| r.family.as_str()).collect();
-            families.sort_unstable();
-            families.dedup();
             bail!(
                 "--weight {source}={weight} matches no record; the families are {}",
-                families.join(", ")
+                family_list(records)
             );
         }
         eprintln!("data: {matched} records of {source} weighted x{weight}");
     }
     Ok(())
+}
+
+/// Whether a record of `family` belongs to the source a `--weight` or `--calibration-share`
+/// key names: the family itself, or every family it prefixes with `_`.
+fn of_source(family: &str, source: &str) -> bool {
+    family == source
+        || family
+            .strip_prefix(source)
+            .is_some_and(|rest| rest.starts_with('_'))
+}
+
+/// The distinct families of `records`, sorted, for an error message.
+fn family_list(records: &[Record]) -> String {
+    let mut families: Vec<&str> = records.iter().map(|r| r.family.as_str()).collect();
+    families.sort_unstable();
+    families.dedup();
+    families.join(", ")
 }
 
 /// A `--weight` value: `SOURCE=W`, W finite and not negative.
@@ -201,14 +209,73 @@ pub fn refuse_held_out(records: &[Record], held_out: &HeldOutStates) -> anyhow::
     Ok(())
 }
 
-/// Training and validation records, split by a hash of each state.
-pub fn split(records: Vec<Record>, valid_fraction: f64) -> (Vec<Record>, Vec<Record>) {
-    records.into_iter().partition(|record| {
-        let digest = Sha256::digest(state_key(&record.state).as_bytes());
-        let mut head = [0u8; 8];
-        head.copy_from_slice(&digest[..8]);
-        (u64::from_be_bytes(head) as f64 / 2f64.powi(64)) >= valid_fraction
-    })
+/// A run's records on the three sides of the split.
+#[derive(Debug, Default)]
+pub struct Split {
+    pub train: Vec<Record>,
+    /// Scored at every validation, to pick the best step; the temperatures are fitted on it too.
+    pub valid: Vec<Record>,
+    /// Kept out of training and used only to fit the temperatures (`--calibration-share`).
+    pub calibration: Vec<Record>,
+}
+
+/// Split the records by a hash of each state, so no state is on two sides and the split does
+/// not depend on the order records come in. A state's hash, read as a number in [0, 1), puts it
+/// in validation below `valid_fraction`; a record of a source that `calibration_shares` names
+/// goes to calibration in the next `share` of the range; the rest is training.
+pub fn split(
+    records: Vec<Record>,
+    valid_fraction: f64,
+    calibration_shares: &BTreeMap<String, f64>,
+) -> anyhow::Result<Split> {
+    for (source, share) in calibration_shares {
+        if !(*share > 0.0 && valid_fraction + share < 1.0) {
+            bail!(
+                "--calibration-share {source}={share}: the share must be above 0 and leave some \
+                 of the source for training beside the validation fraction {valid_fraction}"
+            );
+        }
+        if !records.iter().any(|r| of_source(&r.family, source)) {
+            bail!(
+                "--calibration-share {source}={share} matches no record; the families are {}",
+                family_list(&records)
+            );
+        }
+    }
+    let share_of = |record: &Record| {
+        calibration_shares
+            .iter()
+            .find(|(source, _)| of_source(&record.family, source))
+            .map_or(0.0, |(_, share)| *share)
+    };
+    // A state that a reserved source holds is reserved under every source that holds it, so
+    // the model never trains on a state its calibration then scores.
+    let mut state_shares: HashMap<String, f64> = HashMap::new();
+    for record in &records {
+        let share = state_shares.entry(state_key(&record.state)).or_default();
+        *share = share.max(share_of(record));
+    }
+    let mut split = Split::default();
+    for record in records {
+        let place = state_place(&record.state);
+        let share = state_shares[&state_key(&record.state)];
+        if place < valid_fraction {
+            split.valid.push(record);
+        } else if place < valid_fraction + share {
+            split.calibration.push(record);
+        } else {
+            split.train.push(record);
+        }
+    }
+    Ok(split)
+}
+
+/// A state's place in [0, 1): the first eight bytes of the sha256 of its key.
+fn state_place(state: &ruling_schema::State) -> f64 {
+    let digest = Sha256::digest(state_key(state).as_bytes());
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(head) as f64 / 2f64.powi(64)
 }
 
 /// The batches of one epoch, as example indices: a seeded permutation, cut into chunks, each
@@ -272,6 +339,8 @@ pub fn parse_sources(names: &[String]) -> anyhow::Result<Vec<TrainingSource>> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     fn record(family: &str) -> Record {
@@ -300,6 +369,62 @@ mod tests {
             error.contains("matches no record") && error.contains("boolq"),
             "{error}"
         );
+    }
+
+    fn record_with(family: &str, state: &str) -> Record {
+        let mut record = record(family);
+        record.state = serde_json::from_value(serde_json::json!(state)).unwrap();
+        record
+    }
+
+    #[test]
+    fn a_calibration_share_takes_only_its_source_and_no_state_twice() {
+        let mut records = Vec::new();
+        for i in 0..2000 {
+            records.push(record_with("boolq", &format!("passage {i}")));
+            records.push(record_with("sst5", &format!("review {i}")));
+        }
+        // The same state under two sources stays on one side.
+        records.push(record_with("boolq", "review 7"));
+        let shares = BTreeMap::from([("boolq".to_owned(), 0.5)]);
+        let split = split(records, 0.1, &shares).unwrap();
+        assert!(split.calibration.iter().all(|r| r.family == "boolq"));
+        let count =
+            |side: &[Record], family: &str| side.iter().filter(|r| r.family == family).count();
+        let reserved = count(&split.calibration, "boolq");
+        assert!(
+            (850..1150).contains(&reserved),
+            "{reserved} of 2000 for a share of 0.5"
+        );
+        let valid = count(&split.valid, "sst5");
+        assert!(
+            (140..260).contains(&valid),
+            "{valid} of 2000 for a fraction of 0.1"
+        );
+        let keys = |side: &[Record]| -> HashSet<String> {
+            side.iter().map(|r| state_key(&r.state)).collect()
+        };
+        let (train, valid, calibration) = (
+            keys(&split.train),
+            keys(&split.valid),
+            keys(&split.calibration),
+        );
+        assert!(train.is_disjoint(&valid) && train.is_disjoint(&calibration));
+        assert!(valid.is_disjoint(&calibration));
+    }
+
+    #[test]
+    fn a_calibration_share_that_fits_nothing_is_refused() {
+        let records = vec![record_with("boolq", "a"), record_with("sst5", "b")];
+        let typo = BTreeMap::from([("bolq".to_owned(), 0.5)]);
+        let error = split(records.clone(), 0.1, &typo).unwrap_err().to_string();
+        assert!(
+            error.contains("matches no record") && error.contains("boolq"),
+            "{error}"
+        );
+        let whole = BTreeMap::from([("boolq".to_owned(), 0.95)]);
+        let error = split(records, 0.1, &whole).unwrap_err().to_string();
+        assert!(error.contains("leave some"), "{error}");
     }
 
     #[test]

@@ -100,6 +100,11 @@ pub struct EncoderArgs {
     /// At most this many validation records are scored at each validation.
     #[arg(long, default_value_t = 600)]
     pub valid_records: usize,
+    /// A share of one source's records (by a hash of the state, apart from validation) kept
+    /// out of training and used only to fit the temperatures (repeatable): `boolq=0.5`. For a
+    /// source the model does not learn, this is the only way its calibration sees it unseen.
+    #[arg(long = "calibration-share", value_parser = parse_weight)]
+    pub calibration_shares: Vec<(String, f64)>,
     /// Validate, keep the best checkpoint and save the run state every this many steps.
     #[arg(long, default_value_t = 100)]
     pub eval_every: u64,
@@ -141,6 +146,8 @@ pub struct TrainConfig {
     pub max_tokens: usize,
     pub valid_fraction: f64,
     pub valid_records: usize,
+    #[serde(default)]
+    pub calibration_shares: std::collections::BTreeMap<String, f64>,
     pub eval_every: u64,
     pub seed: u64,
     pub dtype: String,
@@ -176,6 +183,7 @@ impl state::RunConfig for TrainConfig {
             max_tokens,
             valid_fraction,
             valid_records,
+            calibration_shares,
             eval_every,
             seed,
             dtype,
@@ -236,6 +244,7 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         max_tokens: args.max_tokens,
         valid_fraction: args.valid_fraction,
         valid_records: args.valid_records,
+        calibration_shares: args.calibration_shares.iter().cloned().collect(),
         eval_every: args.eval_every.max(1),
         seed: args.seed,
         dtype: args.dtype.clone(),
@@ -247,15 +256,27 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         gathered.records.len(),
         gathered.families_line()
     );
-    let (train_records, valid_records) = data::split(gathered.records, args.valid_fraction);
+    let split = data::split(
+        gathered.records,
+        args.valid_fraction,
+        &config.calibration_shares,
+    )?;
     let limits = Limits {
         max_positions: base.config.max_positions(),
         max_tokens: args.max_tokens,
     };
-    let (train, _, skipped) = examples::examples(&train_records, &base.tokenizer, limits)?;
-    let (valid, valid_families, _) = examples::examples(&valid_records, &base.tokenizer, limits)?;
+    let (train, _, skipped) = examples::examples(&split.train, &base.tokenizer, limits)?;
+    let (valid, valid_families, _) = examples::examples(&split.valid, &base.tokenizer, limits)?;
     let (valid, valid_families) =
         sample_valid(valid, valid_families, args.valid_records, args.seed);
+    let (reserve, _, _) = examples::examples(&split.calibration, &base.tokenizer, limits)?;
+    if !reserve.is_empty() {
+        eprintln!(
+            "data: {} records kept for calibration only ({} examples)",
+            split.calibration.len(),
+            reserve.len()
+        );
+    }
     if train.is_empty() || valid.is_empty() {
         bail!(
             "training needs labelled records on both sides of the split: {} train and {} \
@@ -384,7 +405,8 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let best = std::fs::read(state::best_weights(&args.output))?;
     write_checkpoint(&args.output, &base, &best, &config, &run.state)?;
-    calibrate(&args.output, &valid, &device)?;
+    let fitted_on: Vec<&Example> = valid.iter().chain(&reserve).collect();
+    calibrate(&args.output, &fitted_on, &device)?;
     eprintln!(
         "done: best validation loss {:.4} at step {} ({} steps, {} tokens, {:.0?}); checkpoint \
          in {}",
@@ -615,11 +637,12 @@ fn write_checkpoint(
     Ok(())
 }
 
-/// Fit one temperature per answer type on the validation questions (development rows the model
-/// never trained on), scored by the checkpoint exactly as it will be served, and write them as
-/// the checkpoint's `calibration.json`, which the engine applies by default. A temperature is
-/// kept only where a likelihood-ratio test supports it (`ruling_calibration::FitOptions`).
-fn calibrate(output: &Path, valid: &[Example], device: &Device) -> anyhow::Result<()> {
+/// Fit one temperature per answer type on the validation questions and those kept for
+/// calibration (development rows the model never trained on), scored by the checkpoint exactly
+/// as it will be served, and write them as the checkpoint's `calibration.json`, which the engine
+/// applies by default. A temperature is kept only where a likelihood-ratio test supports it
+/// (`ruling_calibration::FitOptions`).
+fn calibrate(output: &Path, examples: &[&Example], device: &Device) -> anyhow::Result<()> {
     use ruling_calibration::{
         CHI_SQUARED_1_95, Calibration, FitOptions, LabelledLogits, Target, fit_temperatures_with,
     };
@@ -630,9 +653,8 @@ fn calibrate(output: &Path, valid: &[Example], device: &Device) -> anyhow::Resul
         .context("the written checkpoint has no decision.json")?;
     let model = files.serving_model(ruling_encoder::EncoderOptions::default().kernels)?;
     let mut samples = Vec::new();
-    for chunk in valid.chunks(32) {
-        let examples: Vec<&Example> = chunk.iter().collect();
-        let batch = TrainBatch::new(&examples, device)?;
+    for chunk in examples.chunks(32) {
+        let batch = TrainBatch::new(chunk, device)?;
         let log_probs: Vec<Vec<f32>> = batch.log_probs(&model)?.to_vec2()?;
         let mut q = 0;
         for example in chunk {
@@ -657,7 +679,7 @@ fn calibrate(output: &Path, valid: &[Example], device: &Device) -> anyhow::Resul
     let calibration = Calibration::from_fit(ruling_encoder::provenance(&meta), fit, Some(created));
     calibration.save(output.join(ruling_encoder::checkpoint::CALIBRATION_FILE))?;
     eprintln!(
-        "calibration: temperatures noul {:.3}, choice {:.3}, score {:.3} from {} validation \
+        "calibration: temperatures noul {:.3}, choice {:.3}, score {:.3} from {} unseen \
          questions",
         calibration.temperature(ruling_calibration::AnswerType::Noul),
         calibration.temperature(ruling_calibration::AnswerType::Choice),

@@ -388,9 +388,9 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
         gathered.records.len(),
         gathered.families_line()
     );
-    let (train_records, valid_records) = data::split(gathered.records, args.valid_fraction);
-    let (train, skipped) = side(&engine, train_records, args.max_tokens)?;
-    let (mut valid, _) = side(&engine, valid_records, args.max_tokens)?;
+    let split = data::split(gathered.records, args.valid_fraction, &Default::default())?;
+    let (train, skipped) = side(&engine, split.train, args.max_tokens)?;
+    let (mut valid, _) = side(&engine, split.valid, args.max_tokens)?;
     sample(&mut valid.examples, args.valid_questions, args.seed);
     if train.examples.is_empty() || valid.examples.is_empty() {
         bail!(
