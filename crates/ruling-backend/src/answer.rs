@@ -6,7 +6,9 @@
 //! which is what lets the evaluator recompute either engine's answer from its trace.
 
 use indexmap::IndexMap;
-use ruling_calibration::{argmax, choice_confidence, score_confidence, softmax_with_temperature};
+use ruling_calibration::{
+    argmax_or_first, choice_confidence, score_confidence, softmax_with_temperature,
+};
 use ruling_schema::{Answer, QuestionKind, ValidQuestion};
 
 use crate::engine::EngineError;
@@ -60,7 +62,7 @@ pub fn answer(
             noul: distribution.get("yes").copied().unwrap_or(0.0),
         },
         QuestionKind::Choice { .. } => Answer::Choice {
-            choice: canonical[argmax(&probs).unwrap_or(0)].clone(),
+            choice: canonical[argmax_or_first(&probs)].clone(),
             confidence: choice_confidence(&probs)?,
             probabilities: distribution,
         },

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
-use ruling_calibration::{AnswerType, Calibration, Provenance};
+use ruling_calibration::{AnswerType, Calibration, Provenance, argmax_or_first};
 use ruling_schema::{
     EngineKind, EvaluationTrace, QuestionKind, StageOneScore, SystemOneResponse, Usage,
     ValidRequest, ValidState,
@@ -171,7 +171,7 @@ impl AdaptiveRotations {
         if combined.rotations.len() < self.min_rotations.max(1) || combined.scores.len() < 2 {
             return false;
         }
-        let top = argmax(&combined.scores);
+        let top = argmax_or_first(&combined.scores);
         let runner_up = combined
             .scores
             .iter()
@@ -186,13 +186,8 @@ impl AdaptiveRotations {
         combined
             .rotations
             .iter()
-            .all(|r| r.order.get(argmax(&r.log_probabilities)) == Some(leader))
+            .all(|r| r.order.get(argmax_or_first(&r.log_probabilities)) == Some(leader))
     }
-}
-
-/// The index of the largest value (the first on a tie; 0 for none).
-fn argmax(values: &[f64]) -> usize {
-    ruling_calibration::argmax(values).unwrap_or(0)
 }
 
 impl Default for EngineOptions {

@@ -26,10 +26,10 @@ pub use confidence::{choice_confidence, score_confidence};
 pub use distribution::{DistributionError, check_distribution};
 pub use file::{Calibration, CalibrationError, FORMAT_VERSION, Provenance, ProvenanceField};
 pub use metrics::{
-    KL_EPSILON, MetricError, ReliabilityBin, ReliabilityDiagram, accuracy, argmax, brier_score,
-    brier_score_soft, coverage_at_error, expected_calibration_error, expected_level, flip_rate,
-    kl_divergence, log_loss, log_loss_soft, macro_f1, mean_absolute_error, mean_kl_divergence,
-    reliability_diagram,
+    KL_EPSILON, MetricError, ReliabilityBin, ReliabilityDiagram, accuracy, argmax, argmax_or_first,
+    brier_score, brier_score_soft, coverage_at_error, expected_calibration_error, expected_level,
+    flip_rate, kl_divergence, log_loss, log_loss_soft, macro_f1, mean_absolute_error,
+    mean_kl_divergence, reliability_diagram,
 };
 pub use softmax::{
     SoftmaxError, log_softmax, log_softmax_with_temperature, log_sum_exp, softmax,

@@ -443,6 +443,12 @@ pub fn argmax<T: PartialOrd>(scores: &[T]) -> Option<usize> {
     best
 }
 
+/// [`argmax`] for callers whose scores are never empty (a question has at least two options):
+/// 0 when they are.
+pub fn argmax_or_first<T: PartialOrd>(scores: &[T]) -> usize {
+    argmax(scores).unwrap_or(0)
+}
+
 /// The share of items whose argmax differs between two orderings of the same question.
 ///
 /// `first[i]` and `second[i]` are item `i`'s scores (probabilities, log-probabilities or

@@ -22,7 +22,7 @@ use thiserror::Error;
 
 use crate::answer::{AnswerType, Temperatures};
 use crate::distribution::{DistributionError, check_distribution};
-use crate::metrics::expected_calibration_error;
+use crate::metrics::{argmax_or_first, expected_calibration_error};
 
 /// The smallest temperature the fit considers.
 pub const MIN_TEMPERATURE: f64 = 0.05;
@@ -347,7 +347,7 @@ impl Prepared {
                     .filter(|&(_, &q)| q > 0.0)
                     .map(|(k, &q)| (k, q / sum))
                     .collect();
-                (pairs, argmax(distribution))
+                (pairs, argmax_or_first(distribution))
             }
         };
         if let Some(&(class, _)) = target.iter().find(|&&(k, _)| !logits[k].is_finite()) {
@@ -386,15 +386,10 @@ impl Prepared {
             .iter()
             .map(|&z| if z.is_finite() { (s * z).exp() } else { 0.0 })
             .sum();
-        let best = argmax(&self.shifted);
+        let best = argmax_or_first(&self.shifted);
         // The top class's shifted logit is 0, so its probability is 1 / sum.
         (sum.recip(), best == self.label)
     }
-}
-
-/// Index of the first largest entry (ties go to the lower index, as in the engine).
-fn argmax(values: &[f64]) -> usize {
-    crate::metrics::argmax(values).unwrap_or(0)
 }
 
 struct Objective<'a> {

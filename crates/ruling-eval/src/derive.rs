@@ -211,7 +211,7 @@ fn order<'a>(keys: &[String], rotation: &'a RotationTrace) -> anyhow::Result<Ord
 /// The index of the largest probability; the earliest key on a tie.
 pub fn argmax(dist: &Dist) -> usize {
     let values: Vec<f64> = dist.values().copied().collect();
-    ruling_calibration::argmax(&values).unwrap_or(0)
+    ruling_calibration::argmax_or_first(&values)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use candle_core::{DType, Device};
+use ruling_calibration::argmax_or_first;
 use ruling_encoder::checkpoint::{
     BaseIdentity, CheckpointMeta, META_FILE, NewCheckpoint, safetensors_bytes, write_atomic,
 };
@@ -555,8 +556,8 @@ fn validate(
                     .iter()
                     .map(|&lp| f64::from(lp).exp())
                     .collect();
-                let predicted = argmax(&probs);
-                let right = predicted == argmax(target);
+                let predicted = argmax_or_first(&probs);
+                let right = predicted == argmax_or_first(target);
                 losses.push(f64::from(per_question[q]));
                 confidences.push(probs[predicted]);
                 correct.push(right);
@@ -591,10 +592,6 @@ fn validate(
         train_loss: None,
         tokens_per_second: None,
     })
-}
-
-fn argmax<T: PartialOrd>(values: &[T]) -> usize {
-    ruling_calibration::argmax(values).unwrap_or(0)
 }
 
 /// Write the current weights as the run's checkpoint: tokenizer and config copied from the

@@ -30,7 +30,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use candle_core::{Device, Tensor, Var};
 use ruling_backend::{DecoderEngine, EngineOptions, QuestionPrompt};
-use ruling_calibration::AnswerType;
+use ruling_calibration::{AnswerType, argmax_or_first};
 use ruling_candle::lora::{ADAPTER_FORMAT, SplitMix, adapter_bytes};
 use ruling_candle::{
     Adapter, AdapterMeta, CandleBackend, LoraConfig, LoraWeights, Projection, WeightDtype,
@@ -820,8 +820,8 @@ impl Trainer<'_> {
         let mut correct = Vec::with_capacity(scored.len());
         let mut per_family: BTreeMap<String, (usize, usize)> = BTreeMap::new();
         for s in &scored {
-            let predicted = objective::argmax(&s.log_probs);
-            let right = predicted == objective::argmax(&s.target);
+            let predicted = argmax_or_first(&s.log_probs);
+            let right = predicted == argmax_or_first(&s.target);
             confidences.push(f64::from(s.log_probs[predicted]).exp());
             correct.push(right);
             let entry = per_family.entry(s.family.clone()).or_default();

@@ -10,6 +10,7 @@
 //! no temperature can change).
 
 use candle_core::{D, Device, Tensor};
+use ruling_calibration::argmax_or_first;
 
 /// The optional terms and their weights.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -101,7 +102,7 @@ pub fn loss(logits: &Tensor, batch: &Targets, terms: &Terms) -> candle_core::Res
             .iter()
             .zip(&batch.targets)
             .zip(&batch.counts)
-            .map(|((p, t), &n)| argmax(&p[..n]) == argmax(&t[..n]))
+            .map(|((p, t), &n)| argmax_or_first(&p[..n]) == argmax_or_first(&t[..n]))
             .collect();
         // pairs[i][j]: answer i is wrong and answer j is right.
         let pairs: Vec<f32> = (0..rows)
@@ -120,11 +121,6 @@ pub fn loss(logits: &Tensor, batch: &Targets, terms: &Terms) -> candle_core::Res
         total = (total + ((violations / count)? * terms.ranking_weight)?)?;
     }
     Ok(total)
-}
-
-/// The index of the largest value (the first on ties; 0 for none).
-pub fn argmax(values: &[f32]) -> usize {
-    ruling_calibration::argmax(values).unwrap_or(0)
 }
 
 #[cfg(test)]
