@@ -104,7 +104,7 @@ pub fn paired_bootstrap(
     let n = differences.len();
     let estimate = differences.iter().sum::<f64>() / n as f64;
     let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
-    let mut means: Vec<f64> = (0..options.resamples)
+    let means: Vec<f64> = (0..options.resamples)
         .map(|_| {
             (0..n)
                 .map(|_| differences[rng.random_range(0..n)])
@@ -112,25 +112,29 @@ pub fn paired_bootstrap(
                 / n as f64
         })
         .collect();
-    means.sort_by(f64::total_cmp);
     let tail = (1.0 - options.level) / 2.0;
     Ok(BootstrapInterval {
         estimate,
-        lower: quantile(&means, tail),
-        upper: quantile(&means, 1.0 - tail),
+        lower: quantile(&means, tail).unwrap_or(estimate),
+        upper: quantile(&means, 1.0 - tail).unwrap_or(estimate),
         level: options.level,
         resamples: options.resamples,
     })
 }
 
-/// The `q` quantile of non-empty ascending `sorted`, interpolating between order statistics.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let position = q * (sorted.len() - 1) as f64;
-    // position is in [0, len - 1], so the floor is a valid index.
+/// The `q` quantile of `values` (any order), interpolating linearly between the two nearest
+/// order statistics (position `q (n - 1)`, numpy's default). `None` when empty.
+pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    // The position is in [0, len - 1], so its floor is a valid index.
+    let position = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
     let below = position.floor() as usize;
     let above = (below + 1).min(sorted.len() - 1);
-    let fraction = position - below as f64;
-    sorted[below] + fraction * (sorted[above] - sorted[below])
+    Some(sorted[below] + (position - below as f64) * (sorted[above] - sorted[below]))
 }
 
 #[cfg(test)]
@@ -143,13 +147,17 @@ mod tests {
 
     #[test]
     fn quantiles_interpolate_between_order_statistics() {
-        let sorted = [1.0, 2.0, 3.0, 4.0];
+        let values = [3.0, 1.0, 4.0, 2.0];
+        let at = |q| quantile(&values, q).unwrap();
         // Position 0.5 * 3 = 1.5: halfway between 2 and 3.
-        assert!(close(quantile(&sorted, 0.5), 2.5, 1e-12));
+        assert!(close(at(0.5), 2.5, 1e-12));
         // Position 0.025 * 3 = 0.075: 1 + 0.075 * (2 - 1).
-        assert!(close(quantile(&sorted, 0.025), 1.075, 1e-12));
-        assert!(close(quantile(&sorted, 1.0), 4.0, 1e-12));
-        assert!(close(quantile(&[7.0], 0.975), 7.0, 1e-12));
+        assert!(close(at(0.025), 1.075, 1e-12));
+        assert!(close(at(1.0), 4.0, 1e-12));
+        assert_eq!(quantile(&[7.0], 0.975), Some(7.0));
+        assert_eq!(quantile(&[], 0.5), None);
+        let p99 = quantile(&(0..=100).map(f64::from).collect::<Vec<_>>(), 0.99).unwrap();
+        assert!(close(p99, 99.0, 1e-12));
     }
 
     #[test]

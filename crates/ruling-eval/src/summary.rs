@@ -24,7 +24,8 @@ use ruling_calibration::temperature::FIT_ECE_BINS;
 use ruling_calibration::{
     AnswerType, BootstrapInterval, BootstrapOptions, Provenance, ReliabilityDiagram, Temperatures,
     accuracy, brier_score, coverage_at_error, expected_calibration_error, expected_level,
-    flip_rate, log_loss, macro_f1, mean_absolute_error, mean_kl_divergence, reliability_diagram,
+    flip_rate, log_loss, macro_f1, mean_absolute_error, mean_kl_divergence, quantile,
+    reliability_diagram,
 };
 use serde::{Serialize, Serializer};
 
@@ -245,20 +246,6 @@ pub struct DatasetSummary {
     pub output_tokens_per_request: Option<f64>,
     pub reversal: Option<ReversalSummary>,
     pub groups: Vec<GroupSummary>,
-}
-
-/// The `q` quantile of `values` (any order), interpolating linearly between the two nearest
-/// order statistics (position `q (n - 1)`, numpy's default). `None` when empty.
-pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let position = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
-    let below = position.floor() as usize;
-    let above = (below + 1).min(sorted.len() - 1);
-    Some(sorted[below] + (position - below as f64) * (sorted[above] - sorted[below]))
 }
 
 /// The percentile bootstrap interval of `ECE(a) - ECE(b)` over paired items.
@@ -615,15 +602,6 @@ mod tests {
             "always 0.99 sure at 4/6 right is the worse calibrated"
         );
         assert!(ece_bootstrap(&[], &[], &[], &[], &options).is_err());
-    }
-
-    #[test]
-    fn quantiles_interpolate() {
-        assert_eq!(quantile(&[], 0.5), None);
-        assert_eq!(quantile(&[3.0, 1.0, 2.0, 4.0], 0.5), Some(2.5));
-        assert_eq!(quantile(&[5.0], 0.99), Some(5.0));
-        let p99 = quantile(&(0..=100).map(f64::from).collect::<Vec<_>>(), 0.99).unwrap();
-        assert!((p99 - 99.0).abs() < 1e-12);
     }
 
     #[test]
