@@ -641,7 +641,8 @@ fn write_checkpoint(
 /// (`ruling_calibration::FitOptions`).
 fn calibrate(output: &Path, examples: &[&Example], device: &Device) -> anyhow::Result<()> {
     use ruling_calibration::{
-        CHI_SQUARED_1_95, Calibration, FitOptions, LabelledLogits, Target, fit_temperatures_with,
+        AnswerType, CHI_SQUARED_1_95, Calibration, FitOptions, LabelledLogits, Target,
+        fit_temperatures_with,
     };
     let files = EncoderFiles::open(output)?;
     let meta = files
@@ -675,15 +676,51 @@ fn calibrate(output: &Path, examples: &[&Example], device: &Device) -> anyhow::R
     let created = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let calibration = Calibration::from_fit(ruling_encoder::provenance(&meta), fit, Some(created));
     calibration.save(output.join(ruling_encoder::checkpoint::CALIBRATION_FILE))?;
-    eprintln!(
-        "calibration: temperatures noul {:.3}, choice {:.3}, score {:.3} from {} unseen \
-         questions",
-        calibration.temperature(ruling_calibration::AnswerType::Noul),
-        calibration.temperature(ruling_calibration::AnswerType::Choice),
-        calibration.temperature(ruling_calibration::AnswerType::Score),
-        samples.len()
-    );
+    eprintln!("calibration: from {} unseen questions", samples.len());
+    for kind in AnswerType::ALL {
+        let of_kind: Vec<&LabelledLogits> = samples
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, s)| s)
+            .collect();
+        let temperature = calibration.temperature(kind);
+        if of_kind.is_empty() {
+            continue;
+        }
+        eprintln!(
+            "calibration: {kind} temperature {temperature:.3} over {} questions, ECE {:.3} before, \
+             {:.3} after",
+            of_kind.len(),
+            unseen_ece(&of_kind, 1.0)?,
+            unseen_ece(&of_kind, temperature)?
+        );
+    }
     Ok(())
+}
+
+/// The expected calibration error (10 bins) of the top answer of `samples` at `temperature`,
+/// right when it is the target's own top answer.
+fn unseen_ece(
+    samples: &[&ruling_calibration::LabelledLogits],
+    temperature: f64,
+) -> anyhow::Result<f64> {
+    let mut confidences = Vec::with_capacity(samples.len());
+    let mut correct = Vec::with_capacity(samples.len());
+    for sample in samples {
+        let probs = ruling_calibration::softmax_with_temperature(&sample.logits, temperature)?;
+        let predicted = argmax_or_first(&probs);
+        confidences.push(probs[predicted]);
+        let right = match &sample.target {
+            ruling_calibration::Target::Hard(index) => *index,
+            ruling_calibration::Target::Soft(target) => argmax_or_first(target),
+        };
+        correct.push(predicted == right);
+    }
+    Ok(ruling_calibration::expected_calibration_error(
+        &confidences,
+        &correct,
+        10,
+    )?)
 }
 
 fn training_record(config: &TrainConfig, state: &RunState) -> anyhow::Result<serde_json::Value> {
