@@ -22,6 +22,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use candle_core::{DType, Device};
 use ruling_calibration::argmax_or_first;
+use ruling_calibration::temperature::FIT_ECE_BINS;
 use ruling_encoder::checkpoint::{
     BaseIdentity, CheckpointMeta, META_FILE, NewCheckpoint, safetensors_bytes, write_atomic,
 };
@@ -577,7 +578,7 @@ fn validate(
         expected_calibration_error: ruling_calibration::expected_calibration_error(
             &confidences,
             &correct,
-            10,
+            FIT_ECE_BINS,
         )?,
         coverage_at_5pct_error: ruling_calibration::coverage_at_error(
             &confidences,
@@ -698,7 +699,7 @@ fn calibrate(output: &Path, examples: &[&Example], device: &Device) -> anyhow::R
     Ok(())
 }
 
-/// The expected calibration error (10 bins) of the top answer of `samples` at `temperature`,
+/// The expected calibration error (the evaluator's bins) of the top answer of `samples` at `temperature`,
 /// right when it is the target's own top answer.
 fn unseen_ece(
     samples: &[&ruling_calibration::LabelledLogits],
@@ -719,7 +720,7 @@ fn unseen_ece(
     Ok(ruling_calibration::expected_calibration_error(
         &confidences,
         &correct,
-        10,
+        FIT_ECE_BINS,
     )?)
 }
 

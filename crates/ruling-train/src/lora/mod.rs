@@ -30,6 +30,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use candle_core::{Device, Tensor, Var};
 use ruling_backend::{DecoderEngine, EngineOptions, QuestionPrompt};
+use ruling_calibration::temperature::FIT_ECE_BINS;
 use ruling_calibration::{AnswerType, argmax_or_first};
 use ruling_candle::lora::{ADAPTER_FORMAT, SplitMix, adapter_bytes};
 use ruling_candle::{
@@ -836,7 +837,7 @@ impl Trainer<'_> {
             expected_calibration_error: ruling_calibration::expected_calibration_error(
                 &confidences,
                 &correct,
-                10,
+                FIT_ECE_BINS,
             )?,
             coverage_at_5pct_error: ruling_calibration::coverage_at_error(
                 &confidences,
