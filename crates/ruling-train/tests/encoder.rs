@@ -81,9 +81,14 @@ fn trains_a_checkpoint_the_engine_serves() {
     let scratch = tempfile::tempdir().unwrap();
     let data = records(scratch.path());
     let output = scratch.path().join("out");
-    let done = run(train(&data, &output, &fixture("tiny-bert"), 40, 20));
+    let mut command = train(&data, &output, &fixture("tiny-bert"), 40, 20);
+    command.args(["--calibration-share", "toy=0.2"]);
+    let done = run(command);
     let log = String::from_utf8_lossy(&done.stderr);
     assert!(log.contains("validation loss"), "{log}");
+    // A fifth of the records is neither trained on nor validated: only the temperatures see it.
+    assert!(log.contains("kept for calibration only"), "{log}");
+    assert!(log.contains("calibration: choice temperature"), "{log}");
     for file in [
         "config.json",
         "tokenizer.json",

@@ -203,23 +203,12 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         other => bail!("--dtype {other:?}: expected f16 or f32"),
     };
     let datasets = parse_sources(&args.datasets)?;
-    let base_dir = resolve_base(&args.base, args.cache_dir.as_deref())?;
-    let base = EncoderFiles::open(&base_dir)
-        .with_context(|| format!("opening the base encoder {}", base_dir.display()))?;
-    let problems = base.problems(false)?;
-    if !problems.is_empty() {
-        bail!(
-            "the base encoder {} is incomplete or not of its config's shape: it lacks {}",
-            base_dir.display(),
-            problems.join(", ")
-        );
-    }
-    let root = args
-        .datasets_root
-        .clone()
-        .unwrap_or_else(ruling_corpus::default_root);
+    let base = open_base(&args.base, args.cache_dir.as_deref())?;
     let gathered = data::gather(&Sources {
-        root,
+        root: args
+            .datasets_root
+            .clone()
+            .unwrap_or_else(ruling_corpus::default_root),
         datasets: datasets.clone(),
         per_source: args.per_source,
         caps: args.caps.iter().cloned().collect(),
@@ -227,78 +216,14 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         weights: args.weights.iter().cloned().collect(),
         seed: args.seed,
     })?;
-    let config = TrainConfig {
-        base: args.base.clone(),
-        base_weights_sha256: base_identity(&base).weights_sha256,
-        name: args.name.clone(),
-        datasets: datasets.iter().map(ToString::to_string).collect(),
-        per_source: args.per_source,
-        caps: args.caps.iter().cloned().collect(),
-        data: gathered.files.clone(),
-        records_sha256: gathered.records_sha256.clone(),
-        steps: args.steps,
-        batch_tokens: args.batch_tokens,
-        learning_rate: args.learning_rate,
-        head_learning_rate: args.head_learning_rate,
-        weight_decay: args.weight_decay,
-        warmup: args.warmup,
-        max_grad_norm: args.max_grad_norm,
-        max_tokens: args.max_tokens,
-        valid_fraction: args.valid_fraction,
-        valid_records: args.valid_records,
-        calibration_shares: args.calibration_shares.iter().cloned().collect(),
-        eval_every: args.eval_every.max(1),
-        seed: args.seed,
-        dtype: args.dtype.clone(),
-        train_embeddings: args.train_embeddings,
-    };
+    let config = TrainConfig::new(args, &datasets, &base, &gathered);
     let saved = state::resume(&args.output, &config, META_FILE, "a checkpoint")?;
     eprintln!(
         "data: {} records ({})",
         gathered.records.len(),
         gathered.families_line()
     );
-    let split = data::split(
-        gathered.records,
-        args.valid_fraction,
-        &config.calibration_shares,
-    )?;
-    let limits = Limits {
-        max_positions: base.config.max_positions(),
-        max_tokens: args.max_tokens,
-    };
-    let (train, _, skipped) = examples::examples(&split.train, &base.tokenizer, limits)?;
-    let (valid, valid_families, _) = examples::examples(&split.valid, &base.tokenizer, limits)?;
-    let (valid, valid_families) =
-        sample_valid(valid, valid_families, args.valid_records, args.seed);
-    let (reserve, _, _) = examples::examples(&split.calibration, &base.tokenizer, limits)?;
-    if !reserve.is_empty() {
-        eprintln!(
-            "data: {} records kept for calibration only ({} examples)",
-            split.calibration.len(),
-            reserve.len()
-        );
-    }
-    if train.is_empty() || valid.is_empty() {
-        bail!(
-            "training needs labelled records on both sides of the split: {} train and {} \
-             validation examples",
-            train.len(),
-            valid.len()
-        );
-    }
-    let train_tokens: usize = train.iter().map(|e| e.packed.len()).sum();
-    eprintln!(
-        "data: {} train examples ({} tokens), {} validation; left out {} unlabelled, {} over \
-         {} tokens, {} with weight 0",
-        train.len(),
-        train_tokens,
-        valid.len(),
-        skipped.unlabelled,
-        skipped.too_long,
-        args.max_tokens,
-        skipped.weightless
-    );
+    let sides = Sides::new(gathered.records, &config, &base)?;
 
     let freeze = if config.train_embeddings {
         Freeze::Nothing
@@ -324,16 +249,174 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
             optimiser: AdamW::new(trainable.vars())?,
         },
     };
+    let output = Output {
+        dir: &args.output,
+        base: &base,
+        config: &config,
+        dtype,
+    };
+    train(&output, &trainable, &mut run, &sides)?;
 
+    let best = std::fs::read(state::best_weights(&args.output))?;
+    write_checkpoint(&args.output, &base, &best, &config, &run.state)?;
+    let fitted_on: Vec<&Example> = sides.valid.iter().chain(&sides.calibration).collect();
+    calibrate(&args.output, &fitted_on, &Device::Cpu)?;
+    eprintln!(
+        "done: best validation loss {:.4} at step {} ({} steps, {} tokens, {:.0?}); checkpoint \
+         in {}",
+        run.state.best_loss,
+        run.state.best_step,
+        run.state.step,
+        run.state.tokens_seen,
+        started.elapsed(),
+        args.output.display()
+    );
+    Ok(())
+}
+
+impl TrainConfig {
+    fn new(
+        args: &EncoderArgs,
+        datasets: &[ruling_corpus::TrainingSource],
+        base: &EncoderFiles,
+        gathered: &data::Gathered,
+    ) -> Self {
+        TrainConfig {
+            base: args.base.clone(),
+            base_weights_sha256: base_identity(base).weights_sha256,
+            name: args.name.clone(),
+            datasets: datasets.iter().map(ToString::to_string).collect(),
+            per_source: args.per_source,
+            caps: args.caps.iter().cloned().collect(),
+            data: gathered.files.clone(),
+            records_sha256: gathered.records_sha256.clone(),
+            steps: args.steps,
+            batch_tokens: args.batch_tokens,
+            learning_rate: args.learning_rate,
+            head_learning_rate: args.head_learning_rate,
+            weight_decay: args.weight_decay,
+            warmup: args.warmup,
+            max_grad_norm: args.max_grad_norm,
+            max_tokens: args.max_tokens,
+            valid_fraction: args.valid_fraction,
+            valid_records: args.valid_records,
+            calibration_shares: args.calibration_shares.iter().cloned().collect(),
+            eval_every: args.eval_every.max(1),
+            seed: args.seed,
+            dtype: args.dtype.clone(),
+            train_embeddings: args.train_embeddings,
+        }
+    }
+}
+
+/// The run's examples, packed as the engine packs them, on each side of the split.
+struct Sides {
+    train: Vec<Example>,
+    /// The sampled validation examples and the family of each.
+    valid: Vec<Example>,
+    valid_families: Vec<String>,
+    /// Never trained on nor validated: only the temperatures see them.
+    calibration: Vec<Example>,
+}
+
+impl Sides {
+    fn new(
+        records: Vec<ruling_corpus::Record>,
+        config: &TrainConfig,
+        base: &EncoderFiles,
+    ) -> anyhow::Result<Self> {
+        let split = data::split(records, config.valid_fraction, &config.calibration_shares)?;
+        let limits = Limits {
+            max_positions: base.config.max_positions(),
+            max_tokens: config.max_tokens,
+        };
+        let (train, _, skipped) = examples::examples(&split.train, &base.tokenizer, limits)?;
+        let (valid, valid_families, _) = examples::examples(&split.valid, &base.tokenizer, limits)?;
+        let (valid, valid_families) =
+            sample_valid(valid, valid_families, config.valid_records, config.seed);
+        let (calibration, _, _) = examples::examples(&split.calibration, &base.tokenizer, limits)?;
+        if !calibration.is_empty() {
+            eprintln!(
+                "data: {} records kept for calibration only ({} examples)",
+                split.calibration.len(),
+                calibration.len()
+            );
+        }
+        if train.is_empty() || valid.is_empty() {
+            bail!(
+                "training needs labelled records on both sides of the split: {} train and {} \
+                 validation examples",
+                train.len(),
+                valid.len()
+            );
+        }
+        let train_tokens: usize = train.iter().map(|e| e.packed.len()).sum();
+        eprintln!(
+            "data: {} train examples ({} tokens), {} validation; left out {} unlabelled, {} \
+             over {} tokens, {} with weight 0",
+            train.len(),
+            train_tokens,
+            valid.len(),
+            skipped.unlabelled,
+            skipped.too_long,
+            config.max_tokens,
+            skipped.weightless
+        );
+        Ok(Sides {
+            train,
+            valid,
+            valid_families,
+            calibration,
+        })
+    }
+}
+
+/// Where and how a run writes its best checkpoint.
+struct Output<'a> {
+    dir: &'a Path,
+    base: &'a EncoderFiles,
+    config: &'a TrainConfig,
+    dtype: DType,
+}
+
+impl Output<'_> {
+    /// Write the current weights as the run's checkpoint: tokenizer and config copied from the
+    /// base, weights at `dtype`, `decision.json` (written last) naming their digests and the
+    /// training record.
+    fn save_best(&self, trainable: &Trainable, state: &RunState) -> anyhow::Result<()> {
+        let weights = safetensors_bytes(&trainable.tensors()?, self.dtype)?;
+        write_atomic(&state::best_weights(self.dir), &weights)?;
+        write_checkpoint(self.dir, self.base, &weights, self.config, state)
+    }
+}
+
+/// Run the steps left, validating every `eval_every` and at the end: the best weights by
+/// validation loss are kept, and the run state is saved for a resume.
+fn train(
+    output: &Output<'_>,
+    trainable: &Trainable,
+    run: &mut Run,
+    sides: &Sides,
+) -> anyhow::Result<()> {
+    let config = output.config;
     let device = Device::Cpu;
-    let mut stream = Stream::new(&train, &run.state, config.batch_tokens, config.seed);
+    let validate_at = |step| {
+        validate(
+            trainable,
+            &sides.valid,
+            &sides.valid_families,
+            step,
+            &device,
+        )
+    };
+    let mut stream = Stream::new(&sides.train, &run.state, config.batch_tokens, config.seed);
     if run.state.history.is_empty() {
-        let first = validate(&trainable, &valid, &valid_families, 0, &device)?;
+        let first = validate_at(0)?;
         log_validation(&first);
         run.state.best_loss = first.loss;
         run.state.history.push(first);
-        save_best(&args.output, &base, &trainable, &config, &run.state, dtype)?;
-        save_run(&args.output, &run, &trainable)?;
+        output.save_best(trainable, &run.state)?;
+        save_run(output.dir, run, trainable)?;
     }
 
     let bar = progress(config.steps, run.state.step);
@@ -342,32 +425,13 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
     let mut window_started = Instant::now();
     while run.state.step < config.steps {
         let step = run.state.step + 1;
-        let indices = stream.next(&train, &mut run.state);
-        let examples: Vec<&Example> = indices.iter().map(|&i| &train[i]).collect();
-        let batch = TrainBatch::new(&examples, &device)?;
-        let loss = batch.loss(trainable.model())?;
-        let grads = loss.backward()?;
-        let body = schedule(config.learning_rate, step, config.warmup, config.steps);
-        let head = schedule(config.head_learning_rate, step, config.warmup, config.steps);
-        run.optimiser
-            .update(trainable.vars(), &grads, config.max_grad_norm, |name| {
-                if name.starts_with(&format!("{}.", DecisionModel::HEAD)) {
-                    GroupSettings {
-                        learning_rate: head,
-                        weight_decay: 0.0,
-                    }
-                } else {
-                    GroupSettings {
-                        learning_rate: body,
-                        weight_decay: config.weight_decay,
-                    }
-                }
-            })?;
-        let loss = f64::from(loss.to_scalar::<f32>()?);
+        let indices = stream.next(&sides.train, &mut run.state);
+        let examples: Vec<&Example> = indices.iter().map(|&i| &sides.train[i]).collect();
+        let (loss, tokens) = one_step(config, trainable, &mut run.optimiser, &examples, step)?;
         run.state.step = step;
-        run.state.tokens_seen += batch.tokens as u64;
+        run.state.tokens_seen += tokens as u64;
         window.push(loss);
-        window_tokens += batch.tokens;
+        window_tokens += tokens;
         let rate = window_tokens as f64 / window_started.elapsed().as_secs_f64().max(1e-9);
         let mean = window.iter().sum::<f64>() / window.len() as f64;
         bar.set_position(step);
@@ -383,8 +447,8 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
             );
         }
         if step % config.eval_every == 0 || step == config.steps {
-            let mut entry = validate(&trainable, &valid, &valid_families, step, &device)?;
-            entry.train_loss = Some(window.iter().sum::<f64>() / window.len() as f64);
+            let mut entry = validate_at(step)?;
+            entry.train_loss = Some(mean);
             entry.tokens_per_second = Some(rate);
             bar.suspend(|| log_validation(&entry));
             let better = entry.loss < run.state.best_loss;
@@ -392,12 +456,12 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
             if better {
                 run.state.best_loss = entry.loss;
                 run.state.best_step = step;
-                save_best(&args.output, &base, &trainable, &config, &run.state, dtype)?;
+                output.save_best(trainable, &run.state)?;
             }
-            save_run(&args.output, &run, &trainable)?;
+            save_run(output.dir, run, trainable)?;
             if !better {
                 // The history in decision.json follows the run even when the weights do not.
-                refresh_history(&args.output, &run.state)?;
+                refresh_history(output.dir, &run.state)?;
             }
             window.clear();
             window_tokens = 0;
@@ -405,21 +469,37 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    let best = std::fs::read(state::best_weights(&args.output))?;
-    write_checkpoint(&args.output, &base, &best, &config, &run.state)?;
-    let fitted_on: Vec<&Example> = valid.iter().chain(&reserve).collect();
-    calibrate(&args.output, &fitted_on, &device)?;
-    eprintln!(
-        "done: best validation loss {:.4} at step {} ({} steps, {} tokens, {:.0?}); checkpoint \
-         in {}",
-        run.state.best_loss,
-        run.state.best_step,
-        run.state.step,
-        run.state.tokens_seen,
-        started.elapsed(),
-        args.output.display()
-    );
     Ok(())
+}
+
+/// One optimiser step on one batch: its loss and its token count.
+fn one_step(
+    config: &TrainConfig,
+    trainable: &Trainable,
+    optimiser: &mut AdamW,
+    examples: &[&Example],
+    step: u64,
+) -> anyhow::Result<(f64, usize)> {
+    let batch = TrainBatch::new(examples, &Device::Cpu)?;
+    let loss = batch.loss(trainable.model())?;
+    let grads = loss.backward()?;
+    let body = schedule(config.learning_rate, step, config.warmup, config.steps);
+    let head = schedule(config.head_learning_rate, step, config.warmup, config.steps);
+    let head_prefix = format!("{}.", DecisionModel::HEAD);
+    optimiser.update(trainable.vars(), &grads, config.max_grad_norm, |name| {
+        if name.starts_with(&head_prefix) {
+            GroupSettings {
+                learning_rate: head,
+                weight_decay: 0.0,
+            }
+        } else {
+            GroupSettings {
+                learning_rate: body,
+                weight_decay: config.weight_decay,
+            }
+        }
+    })?;
+    Ok((f64::from(loss.to_scalar::<f32>()?), batch.tokens))
 }
 
 fn lengths(train: &[Example]) -> Vec<usize> {
@@ -471,6 +551,22 @@ impl Stream {
         state.cursor += 1;
         batch
     }
+}
+
+/// The base encoder, refused when its directory lacks a file or a tensor its config needs.
+fn open_base(spec: &str, cache: Option<&Path>) -> anyhow::Result<EncoderFiles> {
+    let dir = resolve_base(spec, cache)?;
+    let base = EncoderFiles::open(&dir)
+        .with_context(|| format!("opening the base encoder {}", dir.display()))?;
+    let problems = base.problems(false)?;
+    if !problems.is_empty() {
+        bail!(
+            "the base encoder {} is incomplete or not of its config's shape: it lacks {}",
+            dir.display(),
+            problems.join(", ")
+        );
+    }
+    Ok(base)
 }
 
 /// A catalog name is pulled into the cache; anything else is a directory.
@@ -593,22 +689,6 @@ fn validate(
         train_loss: None,
         tokens_per_second: None,
     })
-}
-
-/// Write the current weights as the run's checkpoint: tokenizer and config copied from the
-/// base, weights at `dtype`, `decision.json` (written last) naming their digests and the
-/// training record.
-fn save_best(
-    output: &Path,
-    base: &EncoderFiles,
-    trainable: &Trainable,
-    config: &TrainConfig,
-    state: &RunState,
-    dtype: DType,
-) -> anyhow::Result<()> {
-    let weights = safetensors_bytes(&trainable.tensors()?, dtype)?;
-    write_atomic(&state::best_weights(output), &weights)?;
-    write_checkpoint(output, base, &weights, config, state)
 }
 
 /// The checkpoint from the best weights' bytes (see `ruling_encoder::checkpoint::
