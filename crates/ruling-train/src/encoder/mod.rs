@@ -436,7 +436,7 @@ fn train(
         let mean = window.iter().sum::<f64>() / window.len() as f64;
         bar.set_position(step);
         bar.set_message(format!("loss {mean:.3}  {rate:.0} tok/s"));
-        if bar.is_hidden() && step % LOG_EVERY == 0 {
+        if bar.is_hidden() && step.is_multiple_of(LOG_EVERY) {
             // No terminal to draw a bar on (a log file): a line now and then instead.
             let left = (config.steps - step) as f64 * (window_tokens as f64 / window.len() as f64)
                 / rate.max(1e-9);
@@ -446,7 +446,7 @@ fn train(
                 humantime::format_duration(std::time::Duration::from_secs(left as u64))
             );
         }
-        if step % config.eval_every == 0 || step == config.steps {
+        if step.is_multiple_of(config.eval_every) || step == config.steps {
             let mut entry = validate_at(step)?;
             entry.train_loss = Some(mean);
             entry.tokens_per_second = Some(rate);
