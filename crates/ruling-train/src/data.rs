@@ -250,15 +250,16 @@ pub fn split(
     };
     // A state that a reserved source holds is reserved under every source that holds it, so
     // the model never trains on a state its calibration then scores.
-    let mut state_shares: HashMap<String, f64> = HashMap::new();
-    for record in &records {
-        let share = state_shares.entry(state_key(&record.state)).or_default();
+    let keys: Vec<String> = records.iter().map(|r| state_key(&r.state)).collect();
+    let mut state_shares: HashMap<&str, f64> = HashMap::new();
+    for (record, key) in records.iter().zip(&keys) {
+        let share = state_shares.entry(key).or_default();
         *share = share.max(share_of(record));
     }
     let mut split = Split::default();
-    for record in records {
-        let place = state_place(&record.state);
-        let share = state_shares[&state_key(&record.state)];
+    for (record, key) in records.into_iter().zip(&keys) {
+        let place = state_place(key);
+        let share = state_shares[key.as_str()];
         if place < valid_fraction {
             split.valid.push(record);
         } else if place < valid_fraction + share {
@@ -271,8 +272,8 @@ pub fn split(
 }
 
 /// A state's place in [0, 1): the first eight bytes of the sha256 of its key.
-fn state_place(state: &ruling_schema::State) -> f64 {
-    let digest = Sha256::digest(state_key(state).as_bytes());
+fn state_place(key: &str) -> f64 {
+    let digest = Sha256::digest(key.as_bytes());
     let mut head = [0u8; 8];
     head.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(head) as f64 / 2f64.powi(64)
