@@ -19,6 +19,7 @@ mod distill;
 mod encoder;
 mod lora;
 mod state;
+mod steps;
 
 #[global_allocator]
 static ALLOCATOR: ruling_alloc::Allocator = ruling_alloc::Allocator;

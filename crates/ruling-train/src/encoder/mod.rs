@@ -33,7 +33,8 @@ use ruling_encoder::{DecisionModel, EncoderFiles, Kernels, Limits};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{self, DataFile, Sources, parse_cap, parse_sources, parse_weight};
-use crate::state::{self, Validation, log_validation, progress};
+use crate::state::{self, Validation};
+use crate::steps;
 
 type RunState = state::RunState<TrainConfig>;
 
@@ -231,7 +232,7 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         Freeze::TokenEmbeddings
     };
     let trainable = Trainable::new(&base, freeze)?;
-    let mut run = match saved {
+    let (mut state, optimiser) = match saved {
         Some(saved) => {
             eprintln!(
                 "resuming {} from step {}",
@@ -242,12 +243,9 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
             let optimiser = AdamW::restore(trainable.vars(), &saved.optimiser, saved.state.step)?;
             let mut state = saved.state;
             state.config.steps = config.steps;
-            Run { state, optimiser }
+            (state, optimiser)
         }
-        None => Run {
-            state: RunState::new(config.clone()),
-            optimiser: AdamW::new(trainable.vars())?,
-        },
+        None => (RunState::new(config.clone()), AdamW::new(trainable.vars())?),
     };
     let output = Output {
         dir: &args.output,
@@ -255,19 +253,36 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         config: &config,
         dtype,
     };
-    train(&output, &trainable, &mut run, &sides)?;
+    let lengths: Vec<usize> = sides.train.iter().map(|e| e.packed.len()).collect();
+    let mut trainer = EncoderTrainer {
+        output: &output,
+        trainable: &trainable,
+        optimiser,
+        sides: &sides,
+    };
+    steps::run(
+        &mut trainer,
+        &mut state,
+        &steps::Plan {
+            steps: config.steps,
+            eval_every: config.eval_every,
+            lengths: &lengths,
+            batch_tokens: config.batch_tokens,
+            seed: config.seed,
+        },
+    )?;
 
     let best = std::fs::read(state::best_weights(&args.output))?;
-    write_checkpoint(&args.output, &base, &best, &config, &run.state)?;
+    write_checkpoint(&args.output, &base, &best, &config, &state)?;
     let fitted_on: Vec<&Example> = sides.valid.iter().chain(&sides.calibration).collect();
     calibrate(&args.output, &fitted_on, &Device::Cpu)?;
     eprintln!(
         "done: best validation loss {:.4} at step {} ({} steps, {} tokens, {:.0?}); checkpoint \
          in {}",
-        run.state.best_loss,
-        run.state.best_step,
-        run.state.step,
-        run.state.tokens_seen,
+        state.best_loss,
+        state.best_step,
+        state.step,
+        state.tokens_seen,
         started.elapsed(),
         args.output.display()
     );
@@ -390,86 +405,53 @@ impl Output<'_> {
     }
 }
 
-/// Run the steps left, validating every `eval_every` and at the end: the best weights by
-/// validation loss are kept, and the run state is saved for a resume.
-fn train(
-    output: &Output<'_>,
-    trainable: &Trainable,
-    run: &mut Run,
-    sides: &Sides,
-) -> anyhow::Result<()> {
-    let config = output.config;
-    let device = Device::Cpu;
-    let validate_at = |step| {
-        validate(
-            trainable,
-            &sides.valid,
-            &sides.valid_families,
+/// The encoder's side of the shared step loop.
+struct EncoderTrainer<'a> {
+    output: &'a Output<'a>,
+    trainable: &'a Trainable,
+    optimiser: AdamW,
+    sides: &'a Sides,
+}
+
+impl steps::Trainer for EncoderTrainer<'_> {
+    type Config = TrainConfig;
+
+    fn step(&mut self, batch: &[usize], step: u64) -> anyhow::Result<(f64, usize)> {
+        let examples: Vec<&Example> = batch.iter().map(|&i| &self.sides.train[i]).collect();
+        one_step(
+            self.output.config,
+            self.trainable,
+            &mut self.optimiser,
+            &examples,
             step,
-            &device,
         )
-    };
-    let mut stream = Stream::new(&sides.train, &run.state, config.batch_tokens, config.seed);
-    if run.state.history.is_empty() {
-        let first = validate_at(0)?;
-        log_validation(&first);
-        run.state.best_loss = first.loss;
-        run.state.history.push(first);
-        output.save_best(trainable, &run.state)?;
-        save_run(output.dir, run, trainable)?;
     }
 
-    let bar = progress(config.steps, run.state.step);
-    let mut window = Vec::new();
-    let mut window_tokens = 0usize;
-    let mut window_started = Instant::now();
-    while run.state.step < config.steps {
-        let step = run.state.step + 1;
-        let indices = stream.next(&sides.train, &mut run.state);
-        let examples: Vec<&Example> = indices.iter().map(|&i| &sides.train[i]).collect();
-        let (loss, tokens) = one_step(config, trainable, &mut run.optimiser, &examples, step)?;
-        run.state.step = step;
-        run.state.tokens_seen += tokens as u64;
-        window.push(loss);
-        window_tokens += tokens;
-        let rate = window_tokens as f64 / window_started.elapsed().as_secs_f64().max(1e-9);
-        let mean = window.iter().sum::<f64>() / window.len() as f64;
-        bar.set_position(step);
-        bar.set_message(format!("loss {mean:.3}  {rate:.0} tok/s"));
-        if bar.is_hidden() && step.is_multiple_of(LOG_EVERY) {
-            // No terminal to draw a bar on (a log file): a line now and then instead.
-            let left = (config.steps - step) as f64 * (window_tokens as f64 / window.len() as f64)
-                / rate.max(1e-9);
-            eprintln!(
-                "step {step:>5}/{}: train loss {mean:.4}, {rate:.0} tokens/s, about {} left",
-                config.steps,
-                humantime::format_duration(std::time::Duration::from_secs(left as u64))
-            );
-        }
-        if step.is_multiple_of(config.eval_every) || step == config.steps {
-            let mut entry = validate_at(step)?;
-            entry.train_loss = Some(mean);
-            entry.tokens_per_second = Some(rate);
-            bar.suspend(|| log_validation(&entry));
-            let better = entry.loss < run.state.best_loss;
-            run.state.history.push(entry.clone());
-            if better {
-                run.state.best_loss = entry.loss;
-                run.state.best_step = step;
-                output.save_best(trainable, &run.state)?;
-            }
-            save_run(output.dir, run, trainable)?;
-            if !better {
-                // The history in decision.json follows the run even when the weights do not.
-                refresh_history(output.dir, &run.state)?;
-            }
-            window.clear();
-            window_tokens = 0;
-            window_started = Instant::now();
-        }
+    fn validate(&self, step: u64) -> anyhow::Result<Validation> {
+        validate(
+            self.trainable,
+            &self.sides.valid,
+            &self.sides.valid_families,
+            step,
+            &Device::Cpu,
+        )
     }
-    bar.finish_and_clear();
-    Ok(())
+
+    fn save_best(&self, state: &RunState) -> anyhow::Result<()> {
+        self.output.save_best(self.trainable, state)
+    }
+
+    /// The run state, and the history in decision.json, which follows the run even when the
+    /// weights do not.
+    fn save_state(&self, state: &RunState) -> anyhow::Result<()> {
+        state::save(
+            self.output.dir,
+            state,
+            &self.trainable.tensors()?,
+            &self.optimiser.state(self.trainable.vars()),
+        )?;
+        refresh_history(self.output.dir, state)
+    }
 }
 
 /// One optimiser step on one batch: its loss and its token count.
@@ -500,57 +482,6 @@ fn one_step(
         }
     })?;
     Ok((f64::from(loss.to_scalar::<f32>()?), batch.tokens))
-}
-
-fn lengths(train: &[Example]) -> Vec<usize> {
-    train.iter().map(|e| e.packed.len()).collect()
-}
-
-/// Steps between progress lines when stderr is not a terminal.
-const LOG_EVERY: u64 = 10;
-
-struct Run {
-    state: RunState,
-    optimiser: AdamW,
-}
-
-/// Save the run state (weights and AdamW moments) at its step.
-fn save_run(output: &Path, run: &Run, trainable: &Trainable) -> anyhow::Result<()> {
-    state::save(
-        output,
-        &run.state,
-        &trainable.tensors()?,
-        &run.optimiser.state(trainable.vars()),
-    )
-}
-
-/// The run's endless sequence of batches, resumable at any step.
-struct Stream {
-    batches: Vec<Vec<usize>>,
-    budget: usize,
-    seed: u64,
-}
-
-impl Stream {
-    fn new(train: &[Example], state: &RunState, budget: usize, seed: u64) -> Self {
-        Self {
-            batches: data::epoch_batches(&lengths(train), seed, state.epoch, budget),
-            budget,
-            seed,
-        }
-    }
-
-    fn next(&mut self, train: &[Example], state: &mut RunState) -> Vec<usize> {
-        if state.cursor >= self.batches.len() {
-            state.epoch += 1;
-            state.cursor = 0;
-            self.batches =
-                data::epoch_batches(&lengths(train), self.seed, state.epoch, self.budget);
-        }
-        let batch = self.batches[state.cursor].clone();
-        state.cursor += 1;
-        batch
-    }
 }
 
 /// The base encoder, refused when its directory lacks a file or a tensor its config needs.

@@ -43,7 +43,8 @@ use ruling_schema::{Capabilities, QuestionKind, ValidRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{self, DataFile, Sources, parse_cap, parse_sources, parse_weight};
-use crate::state::{self, Validation, log_validation, progress};
+use crate::state::{self, Validation};
+use crate::steps;
 use objective::{Targets, Terms};
 
 type RunState = state::RunState<TrainConfig>;
@@ -232,17 +233,6 @@ impl state::RunConfig for TrainConfig {
     }
 }
 
-impl TrainConfig {
-    fn terms(&self) -> Terms {
-        Terms {
-            label_smoothing: self.label_smoothing,
-            brier_weight: self.brier_weight,
-            ranking_weight: self.ranking_weight,
-            ranking_margin: self.ranking_margin,
-        }
-    }
-}
-
 /// One labelled question: which record, which question, its weight and family, and the
 /// length of its prompt in canonical order (for grouping batches by length).
 #[derive(Debug, Clone)]
@@ -270,7 +260,91 @@ struct Skipped {
 
 pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
     let started = Instant::now();
-    let lora = LoraConfig {
+    let lora = lora_layout(args)?;
+    check_ranges(args)?;
+    let datasets = parse_sources(&args.datasets)?;
+    let (engine, base_model) = open_base(args, &lora)?;
+    let gathered = data::gather(&Sources {
+        root: args
+            .datasets_root
+            .clone()
+            .unwrap_or_else(ruling_corpus::default_root),
+        datasets: datasets.clone(),
+        per_source: args.per_source,
+        caps: args.caps.iter().cloned().collect(),
+        files: args.data.clone(),
+        weights: args.weights.iter().cloned().collect(),
+        seed: args.seed,
+    })?;
+    let config = TrainConfig::new(args, lora, &datasets, &base_model, &gathered);
+    let saved = state::resume(&args.output, &config, ADAPTER_FILE, "an adapter")?;
+    eprintln!(
+        "data: {} records ({})",
+        gathered.records.len(),
+        gathered.families_line()
+    );
+    let (train, valid) = sides(&engine, gathered.records, &config)?;
+
+    let vars = adapter_vars(&config, engine.backend().decoder().config())?;
+    let (mut state, optimiser) = match saved {
+        Some(saved) => {
+            eprintln!(
+                "resuming {} from step {}",
+                args.output.display(),
+                saved.state.step
+            );
+            for (name, var) in &vars {
+                let tensor = saved
+                    .weights
+                    .get(name)
+                    .with_context(|| format!("the saved run state lacks {name}"))?;
+                var.set(tensor)?;
+            }
+            let optimiser = AdamW::restore(&vars, &saved.optimiser, saved.state.step)?;
+            let mut state = saved.state;
+            state.config.steps = config.steps;
+            (state, optimiser)
+        }
+        None => (RunState::new(config.clone()), AdamW::new(&vars)?),
+    };
+    let mut trainer = Trainer {
+        engine: &engine,
+        config: &config,
+        vars: &vars,
+        base_model,
+        output: &args.output,
+        optimiser,
+        train: &train,
+        valid: &valid,
+    };
+    let lengths: Vec<usize> = train.examples.iter().map(|e| e.tokens).collect();
+    steps::run(
+        &mut trainer,
+        &mut state,
+        &steps::Plan {
+            steps: config.steps,
+            eval_every: config.eval_every,
+            lengths: &lengths,
+            batch_tokens: config.batch_tokens,
+            seed: config.seed,
+        },
+    )?;
+    trainer.calibrate(&valid)?;
+    eprintln!(
+        "done: best validation loss {:.4} at step {} ({} steps, {} tokens, {:.0?}); adapter in {}",
+        state.best_loss,
+        state.best_step,
+        state.step,
+        state.tokens_seen,
+        started.elapsed(),
+        args.output.join(ADAPTER_FILE).display()
+    );
+    Ok(())
+}
+
+/// The adapter's layout from the command line.
+fn lora_layout(args: &LoraArgs) -> anyhow::Result<LoraConfig> {
+    Ok(LoraConfig {
         rank: args.rank,
         scale: args.scale,
         dropout: args.dropout,
@@ -287,11 +361,11 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?,
         layers: args.layers,
-    };
-    let dtype: WeightDtype = args
-        .dtype
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!("--dtype: {e}"))?;
+    })
+}
+
+/// Refuse a loss setting or learning rate outside its range.
+fn check_ranges(args: &LoraArgs) -> anyhow::Result<()> {
     for (flag, value, allowed) in [
         (
             "--label-smoothing",
@@ -318,12 +392,19 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
             bail!("{flag} {value} is out of range");
         }
     }
-    let datasets = parse_sources(&args.datasets)?;
-    let root = args
-        .datasets_root
-        .clone()
-        .unwrap_or_else(ruling_corpus::default_root);
+    Ok(())
+}
 
+/// The base decoder as the engine serves it, its matrices dequantized from the lowest adapted
+/// layer up (quantized matmuls pass no gradient), and its identity.
+fn open_base(
+    args: &LoraArgs,
+    lora: &LoraConfig,
+) -> anyhow::Result<(DecoderEngine<CandleBackend>, ruling_candle::BaseModel)> {
+    let dtype: WeightDtype = args
+        .dtype
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--dtype: {e}"))?;
     let options = ruling_core::Options {
         dtype,
         cache_dir: args.cache_dir.clone(),
@@ -340,59 +421,71 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
             problems.join("; ")
         );
     }
-    let first = lora.first_layer(config.num_layers);
-    backend.dequantize_from(first)?;
+    backend.dequantize_from(lora.first_layer(config.num_layers))?;
     let base_model = backend.base_model();
     let engine = DecoderEngine::new(backend, EngineOptions::default(), None)
         .context("the base does not keep the engine's prompt contract")?;
+    Ok((engine, base_model))
+}
 
-    let gathered = data::gather(&Sources {
-        root,
-        datasets: datasets.clone(),
-        per_source: args.per_source,
-        caps: args.caps.iter().cloned().collect(),
-        files: args.data.clone(),
-        weights: args.weights.iter().cloned().collect(),
-        seed: args.seed,
-    })?;
-    let run_config = TrainConfig {
-        base: args.base.clone(),
-        base_model_id: base_model.model_id.clone(),
-        base_revision: base_model.revision.clone(),
-        name: args.name.clone(),
-        lora: lora.clone(),
-        datasets: datasets.iter().map(ToString::to_string).collect(),
-        per_source: args.per_source,
-        caps: args.caps.iter().cloned().collect(),
-        data: gathered.files.clone(),
-        records_sha256: gathered.records_sha256.clone(),
-        steps: args.steps,
-        batch_tokens: args.batch_tokens.max(1),
-        learning_rate: args.learning_rate,
-        weight_decay: args.weight_decay,
-        warmup: args.warmup,
-        max_grad_norm: args.max_grad_norm,
-        max_tokens: args.max_tokens,
-        label_smoothing: args.label_smoothing,
-        brier_weight: args.brier_weight,
-        ranking_weight: args.ranking_weight,
-        ranking_margin: args.ranking_margin,
-        valid_fraction: args.valid_fraction,
-        valid_questions: args.valid_questions,
-        eval_every: args.eval_every.max(1),
-        seed: args.seed,
-        dtype: args.dtype.clone(),
-    };
-    let saved = state::resume(&args.output, &run_config, ADAPTER_FILE, "an adapter")?;
-    eprintln!(
-        "data: {} records ({})",
-        gathered.records.len(),
-        gathered.families_line()
-    );
-    let split = data::split(gathered.records, args.valid_fraction, &Default::default())?;
-    let (train, skipped) = side(&engine, split.train, args.max_tokens)?;
-    let (mut valid, _) = side(&engine, split.valid, args.max_tokens)?;
-    sample(&mut valid.examples, args.valid_questions, args.seed);
+impl TrainConfig {
+    fn new(
+        args: &LoraArgs,
+        lora: LoraConfig,
+        datasets: &[ruling_corpus::TrainingSource],
+        base_model: &ruling_candle::BaseModel,
+        gathered: &data::Gathered,
+    ) -> Self {
+        TrainConfig {
+            base: args.base.clone(),
+            base_model_id: base_model.model_id.clone(),
+            base_revision: base_model.revision.clone(),
+            name: args.name.clone(),
+            lora,
+            datasets: datasets.iter().map(ToString::to_string).collect(),
+            per_source: args.per_source,
+            caps: args.caps.iter().cloned().collect(),
+            data: gathered.files.clone(),
+            records_sha256: gathered.records_sha256.clone(),
+            steps: args.steps,
+            batch_tokens: args.batch_tokens.max(1),
+            learning_rate: args.learning_rate,
+            weight_decay: args.weight_decay,
+            warmup: args.warmup,
+            max_grad_norm: args.max_grad_norm,
+            max_tokens: args.max_tokens,
+            label_smoothing: args.label_smoothing,
+            brier_weight: args.brier_weight,
+            ranking_weight: args.ranking_weight,
+            ranking_margin: args.ranking_margin,
+            valid_fraction: args.valid_fraction,
+            valid_questions: args.valid_questions,
+            eval_every: args.eval_every.max(1),
+            seed: args.seed,
+            dtype: args.dtype.clone(),
+        }
+    }
+
+    fn terms(&self) -> Terms {
+        Terms {
+            label_smoothing: self.label_smoothing,
+            brier_weight: self.brier_weight,
+            ranking_weight: self.ranking_weight,
+            ranking_margin: self.ranking_margin,
+        }
+    }
+}
+
+/// The training and (sampled) validation sides of the split, as checked examples.
+fn sides(
+    engine: &DecoderEngine<CandleBackend>,
+    records: Vec<Record>,
+    config: &TrainConfig,
+) -> anyhow::Result<(Side, Side)> {
+    let split = data::split(records, config.valid_fraction, &Default::default())?;
+    let (train, skipped) = side(engine, split.train, config.max_tokens)?;
+    let (mut valid, _) = side(engine, split.valid, config.max_tokens)?;
+    sample(&mut valid.examples, config.valid_questions, config.seed);
     if train.examples.is_empty() || valid.examples.is_empty() {
         bail!(
             "training needs labelled questions on both sides of the split: {} train and {} \
@@ -411,12 +504,19 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
         skipped.unlabelled,
         skipped.too_wide,
         skipped.too_long,
-        args.max_tokens,
+        config.max_tokens,
         skipped.weightless
     );
+    Ok((train, valid))
+}
 
-    let device = Device::Cpu;
-    let vars: Vec<(String, Var)> = LoraWeights::init(&lora, &config, args.seed, &device)?
+/// The adapter's A and B matrices as trainable variables, A drawn from the run's seed.
+fn adapter_vars(
+    config: &TrainConfig,
+    decoder: &ruling_candle::DecoderConfig,
+) -> anyhow::Result<Vec<(String, Var)>> {
+    let lora = &config.lora;
+    let vars: Vec<(String, Var)> = LoraWeights::init(lora, decoder, config.seed, &Device::Cpu)?
         .into_iter()
         .map(|(name, t)| Ok((name, Var::from_tensor(&t)?)))
         .collect::<candle_core::Result<_>>()?;
@@ -427,121 +527,14 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
         lora.rank,
         lora.scale,
         lora.layers,
-        config.num_layers,
+        decoder.num_layers,
         lora.projections
             .iter()
             .map(|p| p.as_str())
             .collect::<Vec<_>>()
             .join(",")
     );
-    let (mut run_state, mut optimiser) = match saved {
-        Some(saved) => {
-            eprintln!(
-                "resuming {} from step {}",
-                args.output.display(),
-                saved.state.step
-            );
-            for (name, var) in &vars {
-                let tensor = saved
-                    .weights
-                    .get(name)
-                    .with_context(|| format!("the saved run state lacks {name}"))?;
-                var.set(tensor)?;
-            }
-            let optimiser = AdamW::restore(&vars, &saved.optimiser, saved.state.step)?;
-            let mut state = saved.state;
-            state.config.steps = run_config.steps;
-            (state, optimiser)
-        }
-        None => (RunState::new(run_config.clone()), AdamW::new(&vars)?),
-    };
-    let trainer = Trainer {
-        engine: &engine,
-        config: &run_config,
-        vars: &vars,
-        base_model,
-        output: &args.output,
-    };
-    if run_state.history.is_empty() {
-        let first = trainer.validate(&valid, 0)?;
-        log_validation(&first);
-        run_state.best_loss = first.loss;
-        run_state.history.push(first);
-        trainer.save_best(&run_state)?;
-        trainer.save_state(&run_state, &optimiser)?;
-    }
-
-    let lengths: Vec<usize> = train.examples.iter().map(|e| e.tokens).collect();
-    let mut batches = data::epoch_batches(
-        &lengths,
-        run_config.seed,
-        run_state.epoch,
-        run_config.batch_tokens,
-    );
-    let bar = progress(run_config.steps, run_state.step);
-    let mut window = Vec::new();
-    let mut window_tokens = 0usize;
-    let mut window_started = Instant::now();
-    while run_state.step < run_config.steps {
-        let step = run_state.step + 1;
-        if run_state.cursor >= batches.len() {
-            run_state.epoch += 1;
-            run_state.cursor = 0;
-            batches = data::epoch_batches(
-                &lengths,
-                run_config.seed,
-                run_state.epoch,
-                run_config.batch_tokens,
-            );
-        }
-        let indices = batches[run_state.cursor].clone();
-        run_state.cursor += 1;
-        let (loss, tokens) = trainer.step(&train, &indices, step, &mut optimiser)?;
-        run_state.step = step;
-        run_state.tokens_seen += tokens as u64;
-        window.push(loss);
-        window_tokens += tokens;
-        let rate = window_tokens as f64 / window_started.elapsed().as_secs_f64().max(1e-9);
-        let mean = window.iter().sum::<f64>() / window.len() as f64;
-        bar.set_position(step);
-        bar.set_message(format!("loss {mean:.3}  {rate:.0} tok/s"));
-        if bar.is_hidden() {
-            // No terminal to draw a bar on (a log file): a line per step instead.
-            eprintln!(
-                "step {step:>5}/{}: loss {loss:.4} (mean {mean:.4}), {rate:.0} tokens/s",
-                run_config.steps
-            );
-        }
-        if step % run_config.eval_every == 0 || step == run_config.steps {
-            let mut entry = trainer.validate(&valid, step)?;
-            entry.train_loss = Some(mean);
-            entry.tokens_per_second = Some(rate);
-            bar.suspend(|| log_validation(&entry));
-            let better = entry.loss < run_state.best_loss;
-            run_state.history.push(entry);
-            if better {
-                run_state.best_loss = run_state.history[run_state.history.len() - 1].loss;
-                run_state.best_step = step;
-                trainer.save_best(&run_state)?;
-            }
-            trainer.save_state(&run_state, &optimiser)?;
-            window.clear();
-            window_tokens = 0;
-            window_started = Instant::now();
-        }
-    }
-    bar.finish_and_clear();
-    trainer.calibrate(&valid)?;
-    eprintln!(
-        "done: best validation loss {:.4} at step {} ({} steps, {} tokens, {:.0?}); adapter in {}",
-        run_state.best_loss,
-        run_state.best_step,
-        run_state.step,
-        run_state.tokens_seen,
-        started.elapsed(),
-        args.output.join(ADAPTER_FILE).display()
-    );
-    Ok(())
+    Ok(vars)
 }
 
 /// Checked records and one example per labelled question a single pass can show.
@@ -646,6 +639,135 @@ struct Trainer<'a> {
     vars: &'a [(String, Var)],
     base_model: ruling_candle::BaseModel,
     output: &'a Path,
+    optimiser: AdamW,
+    train: &'a Side,
+    valid: &'a Side,
+}
+
+impl steps::Trainer for Trainer<'_> {
+    type Config = TrainConfig;
+
+    /// One optimiser step on a batch; returns its loss and prompt tokens.
+    fn step(&mut self, indices: &[usize], step: u64) -> anyhow::Result<(f64, usize)> {
+        let seed = self.config.seed;
+        let batch = self.render(self.train, indices, |kind, n, slot| {
+            presentation(kind, n, seed, step, slot)
+        })?;
+        let weights = self.weights(false)?;
+        let dropout = (self.config.lora.dropout > 0.0)
+            .then(|| seed ^ step.wrapping_mul(0xA076_1D64_78BD_642F));
+        let logits = self.engine.backend().decoder().train_code_logits(
+            &batch.rows,
+            &batch.codes,
+            &weights,
+            dropout,
+        )?;
+        let loss = objective::loss(&logits, &batch.targets, &self.config.terms())?;
+        let grads = loss.backward()?;
+        let rate = schedule(
+            self.config.learning_rate,
+            step,
+            self.config.warmup,
+            self.config.steps,
+        );
+        let weight_decay = self.config.weight_decay;
+        self.optimiser
+            .update(self.vars, &grads, self.config.max_grad_norm, |_| {
+                GroupSettings {
+                    learning_rate: rate,
+                    weight_decay,
+                }
+            })?;
+        let tokens = batch.rows.iter().map(Vec::len).sum();
+        Ok((f64::from(loss.to_scalar::<f32>()?), tokens))
+    }
+
+    fn validate(&self, step: u64) -> anyhow::Result<Validation> {
+        let scored = self.score(self.valid)?;
+        let mut confidences = Vec::with_capacity(scored.len());
+        let mut correct = Vec::with_capacity(scored.len());
+        let mut per_family: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for s in &scored {
+            let predicted = argmax_or_first(&s.log_probs);
+            let right = predicted == argmax_or_first(&s.target);
+            confidences.push(f64::from(s.log_probs[predicted]).exp());
+            correct.push(right);
+            let entry = per_family.entry(s.family.clone()).or_default();
+            entry.0 += usize::from(right);
+            entry.1 += 1;
+        }
+        let n = scored.len().max(1) as f64;
+        Ok(Validation {
+            step,
+            loss: scored.iter().map(|s| f64::from(s.loss)).sum::<f64>() / n,
+            accuracy: correct.iter().filter(|c| **c).count() as f64 / n,
+            expected_calibration_error: ruling_calibration::expected_calibration_error(
+                &confidences,
+                &correct,
+                FIT_ECE_BINS,
+            )?,
+            coverage_at_5pct_error: ruling_calibration::coverage_at_error(
+                &confidences,
+                &correct,
+                0.05,
+            )?,
+            questions: scored.len(),
+            families: per_family
+                .into_iter()
+                .map(|(f, (right, total))| (f, right as f64 / total.max(1) as f64))
+                .collect(),
+            train_loss: None,
+            tokens_per_second: None,
+        })
+    }
+
+    /// Write the current weights as the adapter (and the run's copy of the best weights).
+    fn save_best(&self, state: &RunState) -> anyhow::Result<()> {
+        let tensors = self.tensors();
+        let map: HashMap<String, Tensor> = tensors.iter().cloned().collect();
+        write_atomic(
+            &state::best_weights(self.output),
+            &ruling_encoder::checkpoint::safetensors_bytes(&map, candle_core::DType::F32)?,
+        )?;
+        let meta = AdapterMeta {
+            format: ADAPTER_FORMAT,
+            name: self.config.name.clone(),
+            lora: self.config.lora.clone(),
+            base: self.base_model.clone(),
+            training: serde_json::json!({
+                "config": self.config,
+                "step": state.step,
+                "validation": state.history.last(),
+            }),
+        };
+        write_atomic(
+            &self.output.join(ADAPTER_FILE),
+            &adapter_bytes(&meta, &tensors)?,
+        )?;
+        Ok(())
+    }
+
+    fn save_state(&self, state: &RunState) -> anyhow::Result<()> {
+        let weights: HashMap<String, Tensor> = self.tensors().into_iter().collect();
+        state::save(
+            self.output,
+            state,
+            &weights,
+            &self.optimiser.state(self.vars),
+        )?;
+        let record = serde_json::json!({
+            "config": state.config,
+            "best_step": state.best_step,
+            "steps_run": state.step,
+            "tokens_seen": state.tokens_seen,
+            "history": state.history,
+        });
+        write_atomic(
+            &self.output.join(TRAINING_FILE),
+            format!("{}\n", serde_json::to_string_pretty(&record)?).as_bytes(),
+        )?;
+        Ok(())
+    }
 }
 
 /// Prompts of a batch and their targets over the shown order.
@@ -735,45 +857,6 @@ impl Trainer<'_> {
         })
     }
 
-    /// One optimiser step on a batch; returns its loss and prompt tokens.
-    fn step(
-        &self,
-        train: &Side,
-        indices: &[usize],
-        step: u64,
-        optimiser: &mut AdamW,
-    ) -> anyhow::Result<(f64, usize)> {
-        let seed = self.config.seed;
-        let batch = self.render(train, indices, |kind, n, slot| {
-            presentation(kind, n, seed, step, slot)
-        })?;
-        let weights = self.weights(false)?;
-        let dropout = (self.config.lora.dropout > 0.0)
-            .then(|| seed ^ step.wrapping_mul(0xA076_1D64_78BD_642F));
-        let logits = self.engine.backend().decoder().train_code_logits(
-            &batch.rows,
-            &batch.codes,
-            &weights,
-            dropout,
-        )?;
-        let loss = objective::loss(&logits, &batch.targets, &self.config.terms())?;
-        let grads = loss.backward()?;
-        let rate = schedule(
-            self.config.learning_rate,
-            step,
-            self.config.warmup,
-            self.config.steps,
-        );
-        optimiser.update(self.vars, &grads, self.config.max_grad_norm, |_| {
-            GroupSettings {
-                learning_rate: rate,
-                weight_decay: self.config.weight_decay,
-            }
-        })?;
-        let tokens = batch.rows.iter().map(Vec::len).sum();
-        Ok((f64::from(loss.to_scalar::<f32>()?), tokens))
-    }
-
     /// Each validation question's log-probabilities over its options in canonical order,
     /// with its target, type and family.
     fn score(&self, valid: &Side) -> anyhow::Result<Vec<Scored>> {
@@ -815,93 +898,11 @@ impl Trainer<'_> {
         Ok(out)
     }
 
-    fn validate(&self, valid: &Side, step: u64) -> anyhow::Result<Validation> {
-        let scored = self.score(valid)?;
-        let mut confidences = Vec::with_capacity(scored.len());
-        let mut correct = Vec::with_capacity(scored.len());
-        let mut per_family: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-        for s in &scored {
-            let predicted = argmax_or_first(&s.log_probs);
-            let right = predicted == argmax_or_first(&s.target);
-            confidences.push(f64::from(s.log_probs[predicted]).exp());
-            correct.push(right);
-            let entry = per_family.entry(s.family.clone()).or_default();
-            entry.0 += usize::from(right);
-            entry.1 += 1;
-        }
-        let n = scored.len().max(1) as f64;
-        Ok(Validation {
-            step,
-            loss: scored.iter().map(|s| f64::from(s.loss)).sum::<f64>() / n,
-            accuracy: correct.iter().filter(|c| **c).count() as f64 / n,
-            expected_calibration_error: ruling_calibration::expected_calibration_error(
-                &confidences,
-                &correct,
-                FIT_ECE_BINS,
-            )?,
-            coverage_at_5pct_error: ruling_calibration::coverage_at_error(
-                &confidences,
-                &correct,
-                0.05,
-            )?,
-            questions: scored.len(),
-            families: per_family
-                .into_iter()
-                .map(|(f, (right, total))| (f, right as f64 / total.max(1) as f64))
-                .collect(),
-            train_loss: None,
-            tokens_per_second: None,
-        })
-    }
-
     fn tensors(&self) -> Vec<(String, Tensor)> {
         self.vars
             .iter()
             .map(|(n, v)| (n.clone(), v.as_tensor().detach()))
             .collect()
-    }
-
-    /// Write the current weights as the adapter (and the run's copy of the best weights).
-    fn save_best(&self, state: &RunState) -> anyhow::Result<()> {
-        let tensors = self.tensors();
-        let map: HashMap<String, Tensor> = tensors.iter().cloned().collect();
-        write_atomic(
-            &state::best_weights(self.output),
-            &ruling_encoder::checkpoint::safetensors_bytes(&map, candle_core::DType::F32)?,
-        )?;
-        let meta = AdapterMeta {
-            format: ADAPTER_FORMAT,
-            name: self.config.name.clone(),
-            lora: self.config.lora.clone(),
-            base: self.base_model.clone(),
-            training: serde_json::json!({
-                "config": self.config,
-                "step": state.step,
-                "validation": state.history.last(),
-            }),
-        };
-        write_atomic(
-            &self.output.join(ADAPTER_FILE),
-            &adapter_bytes(&meta, &tensors)?,
-        )?;
-        Ok(())
-    }
-
-    fn save_state(&self, state: &RunState, optimiser: &AdamW) -> anyhow::Result<()> {
-        let weights: HashMap<String, Tensor> = self.tensors().into_iter().collect();
-        state::save(self.output, state, &weights, &optimiser.state(self.vars))?;
-        let record = serde_json::json!({
-            "config": state.config,
-            "best_step": state.best_step,
-            "steps_run": state.step,
-            "tokens_seen": state.tokens_seen,
-            "history": state.history,
-        });
-        write_atomic(
-            &self.output.join(TRAINING_FILE),
-            format!("{}\n", serde_json::to_string_pretty(&record)?).as_bytes(),
-        )?;
-        Ok(())
     }
 
     /// Fit one temperature per answer type on the validation questions, read through the
