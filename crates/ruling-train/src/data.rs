@@ -41,6 +41,53 @@ pub struct Sources {
     pub seed: u64,
 }
 
+/// The flags both trainers take for their records.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DataArgs {
+    /// Training sources from the development side of the datasets (comma-separated, or `all`,
+    /// or `none`): clinc150, hwu64, snips, boolq, sst5, chaosnli-snli, chaosnli-mnli, snli, cb,
+    /// rte, goemotions, medical-abstracts.
+    #[arg(long, default_value = "all", value_delimiter = ',')]
+    pub datasets: Vec<String>,
+    /// At most this many rows of each source (a seeded sample).
+    #[arg(long)]
+    pub per_source: Option<usize>,
+    /// A cap for one source that replaces --per-source for it (repeatable): `clinc150=600`.
+    #[arg(long = "cap", value_parser = parse_cap)]
+    pub caps: Vec<(String, usize)>,
+    /// More training records, as JSONL files of DESIGN.md's record format (repeatable).
+    #[arg(long = "data")]
+    pub files: Vec<PathBuf>,
+    /// A weight for one source's records (repeatable), multiplying theirs: `distill=0.5`
+    /// weighs every `distill_*` family, `boolq=2` the BoolQ records.
+    #[arg(long = "weight", value_parser = parse_weight)]
+    pub weights: Vec<(String, f64)>,
+    /// The datasets folder [default: `RULING_DATASETS`, else `shared/datasets` beside the
+    /// workspace].
+    #[arg(long)]
+    pub datasets_root: Option<PathBuf>,
+}
+
+impl DataArgs {
+    /// The sources named, and their records gathered with per-source samples drawn by `seed`.
+    pub fn gather(&self, seed: u64) -> anyhow::Result<(Vec<TrainingSource>, Gathered)> {
+        let datasets = parse_sources(&self.datasets)?;
+        let gathered = gather(&Sources {
+            root: self
+                .datasets_root
+                .clone()
+                .unwrap_or_else(ruling_corpus::default_root),
+            datasets: datasets.clone(),
+            per_source: self.per_source,
+            caps: self.caps.iter().cloned().collect(),
+            files: self.files.clone(),
+            weights: self.weights.iter().cloned().collect(),
+            seed,
+        })?;
+        Ok((datasets, gathered))
+    }
+}
+
 /// The records of a run, checked, with what they were made from.
 #[derive(Debug)]
 pub struct Gathered {

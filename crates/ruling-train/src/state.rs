@@ -88,17 +88,18 @@ pub trait RunConfig: serde::de::DeserializeOwned {
     fn differences(&self, other: &Self) -> Vec<&'static str>;
 }
 
-/// The saved state to resume with `config`, if `output` holds one. A run saved with other
-/// settings is refused naming them, and so is an output that holds a finished product (the
-/// file `product`, described as `what`) but no run state.
-pub fn resume<C: RunConfig>(
+/// The saved state to resume with `config`, if `output` holds one, carrying `config` (which
+/// may only have more steps). A run saved with other settings is refused naming them, and so
+/// is an output that holds a finished product (the file `product`, described as `what`) but no
+/// run state.
+pub fn resume<C: RunConfig + Clone>(
     output: &Path,
     config: &C,
     product: &str,
     what: &str,
 ) -> anyhow::Result<Option<Saved<C>>> {
-    let saved = latest::<C>(output)?;
-    match &saved {
+    let mut saved = latest::<C>(output)?;
+    match &mut saved {
         Some(saved) => {
             let differences = saved.state.config.differences(config);
             if !differences.is_empty() {
@@ -109,6 +110,7 @@ pub fn resume<C: RunConfig>(
                     differences.join(", ")
                 );
             }
+            saved.state.config = config.clone();
         }
         None if output.join(product).exists() => anyhow::bail!(
             "{} already holds {what} but no run state to resume; choose another --output",

@@ -7,10 +7,15 @@
 //! are scored and written) is behind [`Trainer`]; the order of operations, which decides
 //! whether a resumed run ends bit-identical to an uninterrupted one, is written once here.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
+use candle_core::Var;
+use ruling_encoder::train::AdamW;
+
 use crate::data;
-use crate::state::{RunState, Validation, log_validation, progress};
+use crate::state::{RunState, Saved, Validation, log_validation, progress};
 
 /// What a trainer brings to the loop.
 pub trait Trainer {
@@ -34,6 +39,33 @@ pub struct Plan<'a> {
     pub lengths: &'a [usize],
     pub batch_tokens: usize,
     pub seed: u64,
+}
+
+/// A fresh run's state and optimiser for `vars`, or a saved run's, its weights put back into
+/// `vars`.
+pub fn start<C: Clone>(
+    output: &Path,
+    saved: Option<Saved<C>>,
+    config: &C,
+    vars: &[(String, Var)],
+) -> anyhow::Result<(RunState<C>, AdamW)> {
+    let Some(saved) = saved else {
+        return Ok((RunState::new(config.clone()), AdamW::new(vars)?));
+    };
+    eprintln!(
+        "resuming {} from step {}",
+        output.display(),
+        saved.state.step
+    );
+    for (name, var) in vars {
+        let tensor = saved
+            .weights
+            .get(name)
+            .with_context(|| format!("the saved run state lacks {name}"))?;
+        var.set(tensor)?;
+    }
+    let optimiser = AdamW::restore(vars, &saved.optimiser, saved.state.step)?;
+    Ok((saved.state, optimiser))
 }
 
 /// Steps between progress lines when stderr is not a terminal.

@@ -32,7 +32,7 @@ use ruling_encoder::train::{
 use ruling_encoder::{DecisionModel, EncoderFiles, Kernels, Limits};
 use serde::{Deserialize, Serialize};
 
-use crate::data::{self, DataFile, Sources, parse_cap, parse_sources, parse_weight};
+use crate::data::{self, DataArgs, DataFile, parse_weight};
 use crate::state::{self, Validation};
 use crate::steps;
 
@@ -52,28 +52,8 @@ pub struct EncoderArgs {
     /// The checkpoint's name: what responses, reports and calibration files call it.
     #[arg(long, default_value = "ruling-judge-minilm-l6")]
     pub name: String,
-    /// Training sources from the development side of the datasets (comma-separated, or `all`,
-    /// or `none`): clinc150, hwu64, snips, boolq, sst5, chaosnli-snli, chaosnli-mnli, snli, cb,
-    /// rte, goemotions, medical-abstracts.
-    #[arg(long, default_value = "all", value_delimiter = ',')]
-    pub datasets: Vec<String>,
-    /// At most this many rows of each source (a seeded sample).
-    #[arg(long)]
-    pub per_source: Option<usize>,
-    /// A cap for one source that replaces --per-source for it (repeatable): `clinc150=6000`.
-    #[arg(long = "cap", value_parser = parse_cap)]
-    pub caps: Vec<(String, usize)>,
-    /// More training records, as JSONL files of DESIGN.md's record format (repeatable).
-    #[arg(long = "data")]
-    pub data: Vec<PathBuf>,
-    /// A weight for one source's records (repeatable), multiplying theirs: `distill=0.5`
-    /// weighs every `distill_*` family, `boolq=2` the BoolQ records.
-    #[arg(long = "weight", value_parser = parse_weight)]
-    pub weights: Vec<(String, f64)>,
-    /// The datasets folder [default: `RULING_DATASETS`, else `shared/datasets` beside the
-    /// workspace].
-    #[arg(long)]
-    pub datasets_root: Option<PathBuf>,
+    #[command(flatten)]
+    pub data: DataArgs,
     /// Optimiser steps.
     #[arg(long, default_value_t = 1200)]
     pub steps: u64,
@@ -203,20 +183,8 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         "f32" => DType::F32,
         other => bail!("--dtype {other:?}: expected f16 or f32"),
     };
-    let datasets = parse_sources(&args.datasets)?;
     let base = open_base(&args.base, args.cache_dir.as_deref())?;
-    let gathered = data::gather(&Sources {
-        root: args
-            .datasets_root
-            .clone()
-            .unwrap_or_else(ruling_corpus::default_root),
-        datasets: datasets.clone(),
-        per_source: args.per_source,
-        caps: args.caps.iter().cloned().collect(),
-        files: args.data.clone(),
-        weights: args.weights.iter().cloned().collect(),
-        seed: args.seed,
-    })?;
+    let (datasets, gathered) = args.data.gather(args.seed)?;
     let config = TrainConfig::new(args, &datasets, &base, &gathered);
     let saved = state::resume(&args.output, &config, META_FILE, "a checkpoint")?;
     eprintln!(
@@ -232,21 +200,7 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         Freeze::TokenEmbeddings
     };
     let trainable = Trainable::new(&base, freeze)?;
-    let (mut state, optimiser) = match saved {
-        Some(saved) => {
-            eprintln!(
-                "resuming {} from step {}",
-                args.output.display(),
-                saved.state.step
-            );
-            trainable.restore(&saved.weights)?;
-            let optimiser = AdamW::restore(trainable.vars(), &saved.optimiser, saved.state.step)?;
-            let mut state = saved.state;
-            state.config.steps = config.steps;
-            (state, optimiser)
-        }
-        None => (RunState::new(config.clone()), AdamW::new(trainable.vars())?),
-    };
+    let (mut state, optimiser) = steps::start(&args.output, saved, &config, trainable.vars())?;
     let output = Output {
         dir: &args.output,
         base: &base,
@@ -301,8 +255,8 @@ impl TrainConfig {
             base_weights_sha256: base_identity(base).weights_sha256,
             name: args.name.clone(),
             datasets: datasets.iter().map(ToString::to_string).collect(),
-            per_source: args.per_source,
-            caps: args.caps.iter().cloned().collect(),
+            per_source: args.data.per_source,
+            caps: args.data.caps.iter().cloned().collect(),
             data: gathered.files.clone(),
             records_sha256: gathered.records_sha256.clone(),
             steps: args.steps,

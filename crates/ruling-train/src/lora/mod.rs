@@ -42,7 +42,7 @@ use ruling_encoder::train::{AdamW, GroupSettings, schedule};
 use ruling_schema::{Capabilities, QuestionKind, ValidRequest};
 use serde::{Deserialize, Serialize};
 
-use crate::data::{self, DataFile, Sources, parse_cap, parse_sources, parse_weight};
+use crate::data::{self, DataArgs, DataFile};
 use crate::state::{self, Validation};
 use crate::steps;
 use objective::{Targets, Terms};
@@ -70,28 +70,8 @@ pub struct LoraArgs {
     /// The adapter's name, as its metadata records it.
     #[arg(long, default_value = "ruling-lora")]
     pub name: String,
-    /// Training sources from the development side of the datasets (comma-separated, or `all`,
-    /// or `none`): clinc150, hwu64, snips, boolq, sst5, chaosnli-snli, chaosnli-mnli, snli, cb,
-    /// rte, goemotions, medical-abstracts.
-    #[arg(long, default_value = "all", value_delimiter = ',')]
-    pub datasets: Vec<String>,
-    /// At most this many rows of each source (a seeded sample).
-    #[arg(long)]
-    pub per_source: Option<usize>,
-    /// A cap for one source that replaces --per-source for it (repeatable): `clinc150=600`.
-    #[arg(long = "cap", value_parser = parse_cap)]
-    pub caps: Vec<(String, usize)>,
-    /// More training records, as JSONL files of DESIGN.md's record format (repeatable).
-    #[arg(long = "data")]
-    pub data: Vec<PathBuf>,
-    /// A weight for one source's records (repeatable), multiplying theirs: `distill=0.5`
-    /// weighs every `distill_*` family, `boolq=2` the BoolQ records.
-    #[arg(long = "weight", value_parser = parse_weight)]
-    pub weights: Vec<(String, f64)>,
-    /// The datasets folder [default: `RULING_DATASETS`, else `shared/datasets` beside the
-    /// workspace].
-    #[arg(long)]
-    pub datasets_root: Option<PathBuf>,
+    #[command(flatten)]
+    pub data: DataArgs,
     /// Optimiser steps.
     #[arg(long, default_value_t = 400)]
     pub steps: u64,
@@ -262,20 +242,8 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let lora = lora_layout(args)?;
     check_ranges(args)?;
-    let datasets = parse_sources(&args.datasets)?;
     let (engine, base_model) = open_base(args, &lora)?;
-    let gathered = data::gather(&Sources {
-        root: args
-            .datasets_root
-            .clone()
-            .unwrap_or_else(ruling_corpus::default_root),
-        datasets: datasets.clone(),
-        per_source: args.per_source,
-        caps: args.caps.iter().cloned().collect(),
-        files: args.data.clone(),
-        weights: args.weights.iter().cloned().collect(),
-        seed: args.seed,
-    })?;
+    let (datasets, gathered) = args.data.gather(args.seed)?;
     let config = TrainConfig::new(args, lora, &datasets, &base_model, &gathered);
     let saved = state::resume(&args.output, &config, ADAPTER_FILE, "an adapter")?;
     eprintln!(
@@ -286,27 +254,7 @@ pub fn run(args: &LoraArgs) -> anyhow::Result<()> {
     let (train, valid) = sides(&engine, gathered.records, &config)?;
 
     let vars = adapter_vars(&config, engine.backend().decoder().config())?;
-    let (mut state, optimiser) = match saved {
-        Some(saved) => {
-            eprintln!(
-                "resuming {} from step {}",
-                args.output.display(),
-                saved.state.step
-            );
-            for (name, var) in &vars {
-                let tensor = saved
-                    .weights
-                    .get(name)
-                    .with_context(|| format!("the saved run state lacks {name}"))?;
-                var.set(tensor)?;
-            }
-            let optimiser = AdamW::restore(&vars, &saved.optimiser, saved.state.step)?;
-            let mut state = saved.state;
-            state.config.steps = config.steps;
-            (state, optimiser)
-        }
-        None => (RunState::new(config.clone()), AdamW::new(&vars)?),
-    };
+    let (mut state, optimiser) = steps::start(&args.output, saved, &config, &vars)?;
     let mut trainer = Trainer {
         engine: &engine,
         config: &config,
@@ -443,8 +391,8 @@ impl TrainConfig {
             name: args.name.clone(),
             lora,
             datasets: datasets.iter().map(ToString::to_string).collect(),
-            per_source: args.per_source,
-            caps: args.caps.iter().cloned().collect(),
+            per_source: args.data.per_source,
+            caps: args.data.caps.iter().cloned().collect(),
             data: gathered.files.clone(),
             records_sha256: gathered.records_sha256.clone(),
             steps: args.steps,
