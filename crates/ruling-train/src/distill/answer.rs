@@ -2,13 +2,13 @@
 //! written question, stored as soft `target` references.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use ruling_backend::EngineError;
 use ruling_core::{CoreError, DecoderBackend, Options, Ruling};
-use ruling_corpus::journal::{Appender, read_journal, repair};
+use ruling_corpus::journal::{Appender, read_journal};
 use ruling_corpus::{NOUL_KEYS, Record, Reference, Target};
 use ruling_schema::Answer;
 use serde::{Deserialize, Serialize};
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::write::WrittenState;
 use super::{
     ANSWER_MANIFEST, ANSWERED_FILE, DistillDir, SKIPPED_FILE, WRITTEN_FILE, content_key,
-    pin_settings, sha256_hex,
+    pin_settings, reopen, sha256_hex,
 };
 
 /// Arguments of `ruling-train distill answer`.
@@ -87,14 +87,7 @@ pub fn run(args: &AnswerArgs) -> anyhow::Result<()> {
     }
     let dir = DistillDir::new(&args.dir);
     let calibration = (args.calibration != "none").then(|| PathBuf::from(&args.calibration));
-    let calibration_sha256 = calibration
-        .as_ref()
-        .map(|path| {
-            std::fs::read(path)
-                .map(|bytes| sha256_hex(&bytes))
-                .with_context(|| format!("reading the teacher's calibration {}", path.display()))
-        })
-        .transpose()?;
+    let calibration_sha256 = calibration.as_deref().map(file_sha256).transpose()?;
     let written_path = dir.file(WRITTEN_FILE);
     if !written_path.exists() {
         bail!(
@@ -116,33 +109,12 @@ pub fn run(args: &AnswerArgs) -> anyhow::Result<()> {
         "answer",
     )?;
 
-    // What the writer kept, once per content (a state written twice with the same
-    // questions is answered once).
-    let written = read_journal::<WrittenState>(&written_path)?;
-    let mut seen = HashSet::new();
-    let records: Vec<(String, Record)> = written
-        .lines
-        .into_iter()
-        .filter_map(|line| line.record)
-        .map(|record| (content_key(&record), record))
-        .filter(|(key, _)| seen.insert(key.clone()))
-        .collect();
+    let records = written_records(&written_path)?;
 
     let answered_path = dir.file(ANSWERED_FILE);
     let skipped_path = dir.file(SKIPPED_FILE);
-    let answered = read_journal::<Record>(&answered_path)?;
-    let skipped = read_journal::<Skipped>(&skipped_path)?;
-    for (path, cut) in [
-        (&answered_path, repair(&answered_path, &answered)?),
-        (&skipped_path, repair(&skipped_path, &skipped)?),
-    ] {
-        if cut > 0 {
-            eprintln!(
-                "distill answer: dropped {cut} bytes of a line a killed run left unfinished in {}",
-                path.display()
-            );
-        }
-    }
+    let answered = reopen::<Record>(&answered_path, "distill answer")?;
+    let skipped = reopen::<Skipped>(&skipped_path, "distill answer")?;
     let mut done: HashSet<String> = answered.lines.iter().map(content_key).collect();
     done.extend(skipped.lines.iter().map(|s| s.key.clone()));
     let todo: Vec<&(String, Record)> = records.iter().filter(|(k, _)| !done.contains(k)).collect();
@@ -235,6 +207,26 @@ pub fn run(args: &AnswerArgs) -> anyhow::Result<()> {
         started.elapsed()
     );
     super::stats::print(&args.dir)
+}
+
+/// What the writer kept, keyed by content and once per content: a state written twice with
+/// the same questions is answered once.
+fn written_records(path: &Path) -> anyhow::Result<Vec<(String, Record)>> {
+    let mut seen = HashSet::new();
+    Ok(read_journal::<WrittenState>(path)?
+        .lines
+        .into_iter()
+        .filter_map(|line| line.record)
+        .map(|record| (content_key(&record), record))
+        .filter(|(key, _)| seen.insert(key.clone()))
+        .collect())
+}
+
+/// The teacher's calibration file's digest, pinned so a resumed run reads the same one.
+fn file_sha256(path: &Path) -> anyhow::Result<String> {
+    std::fs::read(path)
+        .map(|bytes| sha256_hex(&bytes))
+        .with_context(|| format!("reading the teacher's calibration {}", path.display()))
 }
 
 /// An answer's distribution over its question's answer keys.

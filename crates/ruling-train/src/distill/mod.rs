@@ -82,6 +82,23 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     crate::data::hex(&Sha256::digest(bytes))
 }
 
+/// A stage's journal read back, with any line a killed run left unfinished cut off the file
+/// (and said so, under the stage's name).
+fn reopen<T: DeserializeOwned>(
+    path: &Path,
+    stage: &str,
+) -> anyhow::Result<ruling_corpus::journal::ReadBack<T>> {
+    let journal = ruling_corpus::journal::read_journal::<T>(path)?;
+    let cut = ruling_corpus::journal::repair(path, &journal)?;
+    if cut > 0 {
+        eprintln!(
+            "{stage}: dropped {cut} bytes of a line a killed run left unfinished in {}",
+            path.display()
+        );
+    }
+    Ok(journal)
+}
+
 /// Pin a stage's settings: the first run writes them, every later run must match them.
 fn pin_settings<T: Serialize + DeserializeOwned>(
     path: &Path,

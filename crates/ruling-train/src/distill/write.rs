@@ -9,13 +9,13 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use ruling_core::{ChatMessage, DecoderBackend, Finish, Options, Role, Sampling, Writer};
-use ruling_corpus::journal::{Appender, read_journal, repair};
+use ruling_corpus::journal::Appender;
 use ruling_corpus::{Dataset, LoadOptions, Record, Split, state_key};
 use ruling_schema::{Capabilities, State};
 use serde::{Deserialize, Serialize};
 
 use super::parse::{Dropped, parse_reply};
-use super::{DistillDir, WRITE_MANIFEST, WRITTEN_FILE, pin_settings, sha256_hex};
+use super::{DistillDir, WRITE_MANIFEST, WRITTEN_FILE, pin_settings, reopen, sha256_hex};
 use crate::data::{DataFile, sample_indices};
 
 /// Arguments of `ruling-train distill write`.
@@ -115,6 +115,75 @@ pub struct WrittenState {
     pub record: Option<Record>,
 }
 
+impl WrittenState {
+    /// The journal line for `candidate` from the writer's `reply` in batch `batch`: the
+    /// questions that pass validation kept as a record, the rest counted by reason.
+    fn new(
+        candidate: &Candidate,
+        batch: usize,
+        reply: ruling_core::Written,
+        caps: &Capabilities,
+    ) -> Self {
+        let parsed = parse_reply(&reply.text, &candidate.state, caps);
+        let record = (!parsed.questions.is_empty()).then(|| Record {
+            id: Some(format!(
+                "distill:{}:{}",
+                candidate.source,
+                &candidate.key[..16]
+            )),
+            family: format!("distill_{}", candidate.source),
+            state: candidate.state.clone(),
+            questions: parsed.questions,
+            labels: Default::default(),
+            references: Default::default(),
+            weight: 1.0,
+        });
+        WrittenState {
+            key: candidate.key.clone(),
+            source: candidate.source.clone(),
+            batch,
+            prompt_tokens: reply.prompt_tokens,
+            reply_tokens: reply.tokens.len(),
+            finish: match reply.finish {
+                Finish::Stop => "stop",
+                Finish::Length => "length",
+            }
+            .to_owned(),
+            reply: reply.text,
+            dropped: parsed.dropped,
+            record,
+        }
+    }
+}
+
+impl WriteSettings {
+    fn new(args: &WriteArgs, candidates: &[Candidate], files: Vec<DataFile>) -> Self {
+        WriteSettings {
+            writer: args.writer.clone(),
+            backend: args.backend.as_str().to_owned(),
+            datasets: args.datasets.clone(),
+            files,
+            per_source: args.per_source,
+            questions: args.questions,
+            batch: args.batch,
+            seed: args.seed,
+            temperature: args.temperature,
+            top_p: args.top_p,
+            max_tokens: args.max_tokens,
+            states: candidates.len(),
+            states_sha256: sha256_hex(
+                candidates
+                    .iter()
+                    .map(|c| c.key.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+                    .as_bytes(),
+            ),
+            prompt_version: PROMPT_VERSION,
+        }
+    }
+}
+
 /// A state to write about, and where it came from.
 #[derive(Debug, Clone)]
 struct Candidate {
@@ -201,42 +270,13 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<()> {
     if candidates.is_empty() {
         bail!("no states to write about: --datasets and --states gave none");
     }
-    let settings = WriteSettings {
-        writer: args.writer.clone(),
-        backend: args.backend.as_str().to_owned(),
-        datasets: args.datasets.clone(),
-        files,
-        per_source: args.per_source,
-        questions: args.questions,
-        batch: args.batch,
-        seed: args.seed,
-        temperature: args.temperature,
-        top_p: args.top_p,
-        max_tokens: args.max_tokens,
-        states: candidates.len(),
-        states_sha256: sha256_hex(
-            candidates
-                .iter()
-                .map(|c| c.key.as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-                .as_bytes(),
-        ),
-        prompt_version: PROMPT_VERSION,
-    };
+    let settings = WriteSettings::new(args, &candidates, files);
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
     pin_settings(&dir.file(WRITE_MANIFEST), &settings, "write")?;
 
     let journal_path = dir.file(WRITTEN_FILE);
-    let journal = read_journal::<WrittenState>(&journal_path)?;
-    let cut = repair(&journal_path, &journal)?;
-    if cut > 0 {
-        eprintln!(
-            "distill write: dropped {cut} bytes of a line a killed run left unfinished in {}",
-            journal_path.display()
-        );
-    }
+    let journal = reopen::<WrittenState>(&journal_path, "distill write")?;
     let mut done: HashSet<String> = journal.lines.iter().map(|l| l.key.clone()).collect();
     let mut totals = Totals::from_lines(&journal.lines);
     let stop_at = args.stop_after.unwrap_or(usize::MAX).min(candidates.len());
@@ -299,35 +339,7 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<()> {
             if done.contains(&candidate.key) {
                 continue;
             }
-            let parsed = parse_reply(&reply.text, &candidate.state, &caps);
-            let record = (!parsed.questions.is_empty()).then(|| Record {
-                id: Some(format!(
-                    "distill:{}:{}",
-                    candidate.source,
-                    &candidate.key[..16]
-                )),
-                family: format!("distill_{}", candidate.source),
-                state: candidate.state.clone(),
-                questions: parsed.questions,
-                labels: Default::default(),
-                references: Default::default(),
-                weight: 1.0,
-            });
-            lines.push(WrittenState {
-                key: candidate.key.clone(),
-                source: candidate.source.clone(),
-                batch: index,
-                prompt_tokens: reply.prompt_tokens,
-                reply_tokens: reply.tokens.len(),
-                finish: match reply.finish {
-                    Finish::Stop => "stop",
-                    Finish::Length => "length",
-                }
-                .to_owned(),
-                reply: reply.text,
-                dropped: parsed.dropped,
-                record,
-            });
+            lines.push(WrittenState::new(candidate, index, reply, &caps));
         }
         out.append_all(&lines)?;
         for line in &lines {
