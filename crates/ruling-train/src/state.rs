@@ -38,6 +38,55 @@ pub struct Validation {
     pub tokens_per_second: Option<f64>,
 }
 
+/// A validation's questions, added one at a time as they are scored.
+#[derive(Debug, Default)]
+pub struct Tally {
+    losses: Vec<f64>,
+    confidences: Vec<f64>,
+    correct: Vec<bool>,
+    /// Right and total per record family.
+    families: std::collections::BTreeMap<String, (usize, usize)>,
+}
+
+impl Tally {
+    pub fn add(&mut self, family: &str, loss: f64, confidence: f64, right: bool) {
+        self.losses.push(loss);
+        self.confidences.push(confidence);
+        self.correct.push(right);
+        let entry = self.families.entry(family.to_owned()).or_default();
+        entry.0 += usize::from(right);
+        entry.1 += 1;
+    }
+
+    /// Mean loss, accuracy, ECE over the evaluator's bins and coverage at 5% error.
+    pub fn validation(self, step: u64) -> anyhow::Result<Validation> {
+        let n = self.losses.len().max(1) as f64;
+        Ok(Validation {
+            step,
+            loss: self.losses.iter().sum::<f64>() / n,
+            accuracy: self.correct.iter().filter(|c| **c).count() as f64 / n,
+            expected_calibration_error: ruling_calibration::expected_calibration_error(
+                &self.confidences,
+                &self.correct,
+                ruling_calibration::temperature::FIT_ECE_BINS,
+            )?,
+            coverage_at_5pct_error: ruling_calibration::coverage_at_error(
+                &self.confidences,
+                &self.correct,
+                0.05,
+            )?,
+            questions: self.losses.len(),
+            families: self
+                .families
+                .into_iter()
+                .map(|(family, (right, total))| (family, right as f64 / total.max(1) as f64))
+                .collect(),
+            train_loss: None,
+            tokens_per_second: None,
+        })
+    }
+}
+
 /// A trainer's bookkeeping, with the settings `C` that decide its result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunState<C> {

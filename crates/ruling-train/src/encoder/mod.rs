@@ -15,7 +15,6 @@
 
 mod examples;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -513,10 +512,7 @@ fn validate(
 ) -> anyhow::Result<Validation> {
     let model =
         DecisionModel::from_tensors(trainable.tensors()?, trainable.config(), Kernels::Fused)?;
-    let mut losses = Vec::new();
-    let mut confidences = Vec::new();
-    let mut correct = Vec::new();
-    let mut per_family: HashMap<&str, (usize, usize)> = HashMap::new();
+    let mut tally = state::Tally::default();
     let mut start = 0;
     while start < valid.len() {
         let mut end = start;
@@ -540,40 +536,13 @@ fn validate(
                     .collect();
                 let predicted = argmax_or_first(&probs);
                 let right = predicted == argmax_or_first(target);
-                losses.push(f64::from(per_question[q]));
-                confidences.push(probs[predicted]);
-                correct.push(right);
-                let entry = per_family.entry(family).or_default();
-                entry.0 += usize::from(right);
-                entry.1 += 1;
+                tally.add(family, f64::from(per_question[q]), probs[predicted], right);
                 q += 1;
             }
         }
         start = end;
     }
-    let n = losses.len().max(1) as f64;
-    Ok(Validation {
-        step,
-        loss: losses.iter().sum::<f64>() / n,
-        accuracy: correct.iter().filter(|c| **c).count() as f64 / n,
-        expected_calibration_error: ruling_calibration::expected_calibration_error(
-            &confidences,
-            &correct,
-            FIT_ECE_BINS,
-        )?,
-        coverage_at_5pct_error: ruling_calibration::coverage_at_error(
-            &confidences,
-            &correct,
-            0.05,
-        )?,
-        questions: losses.len(),
-        families: per_family
-            .into_iter()
-            .map(|(family, (right, total))| (family.to_owned(), right as f64 / total.max(1) as f64))
-            .collect(),
-        train_loss: None,
-        tokens_per_second: None,
-    })
+    tally.validation(step)
 }
 
 /// The checkpoint from the best weights' bytes (see `ruling_encoder::checkpoint::

@@ -30,7 +30,6 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use candle_core::{Device, Tensor, Var};
 use ruling_backend::{DecoderEngine, EngineOptions, QuestionPrompt};
-use ruling_calibration::temperature::FIT_ECE_BINS;
 use ruling_calibration::{AnswerType, argmax_or_first};
 use ruling_candle::lora::{ADAPTER_FORMAT, SplitMix, adapter_bytes};
 use ruling_candle::{
@@ -631,42 +630,14 @@ impl steps::Trainer for Trainer<'_> {
     }
 
     fn validate(&self, step: u64) -> anyhow::Result<Validation> {
-        let scored = self.score(self.valid)?;
-        let mut confidences = Vec::with_capacity(scored.len());
-        let mut correct = Vec::with_capacity(scored.len());
-        let mut per_family: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-        for s in &scored {
+        let mut tally = state::Tally::default();
+        for s in self.score(self.valid)? {
             let predicted = argmax_or_first(&s.log_probs);
             let right = predicted == argmax_or_first(&s.target);
-            confidences.push(f64::from(s.log_probs[predicted]).exp());
-            correct.push(right);
-            let entry = per_family.entry(s.family.clone()).or_default();
-            entry.0 += usize::from(right);
-            entry.1 += 1;
+            let confidence = f64::from(s.log_probs[predicted]).exp();
+            tally.add(&s.family, f64::from(s.loss), confidence, right);
         }
-        let n = scored.len().max(1) as f64;
-        Ok(Validation {
-            step,
-            loss: scored.iter().map(|s| f64::from(s.loss)).sum::<f64>() / n,
-            accuracy: correct.iter().filter(|c| **c).count() as f64 / n,
-            expected_calibration_error: ruling_calibration::expected_calibration_error(
-                &confidences,
-                &correct,
-                FIT_ECE_BINS,
-            )?,
-            coverage_at_5pct_error: ruling_calibration::coverage_at_error(
-                &confidences,
-                &correct,
-                0.05,
-            )?,
-            questions: scored.len(),
-            families: per_family
-                .into_iter()
-                .map(|(f, (right, total))| (f, right as f64 / total.max(1) as f64))
-                .collect(),
-            train_loss: None,
-            tokens_per_second: None,
-        })
+        tally.validation(step)
     }
 
     /// Write the current weights as the adapter (and the run's copy of the best weights).
