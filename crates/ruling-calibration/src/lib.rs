@@ -21,7 +21,9 @@ pub mod softmax;
 pub mod temperature;
 
 pub use answer::{AnswerType, InvalidTemperature, Temperatures};
-pub use bootstrap::{BootstrapInterval, BootstrapOptions, paired_bootstrap, quantile};
+pub use bootstrap::{
+    BootstrapInterval, BootstrapOptions, paired_bootstrap, quantile, runs_bootstrap,
+};
 pub use confidence::{choice_confidence, score_confidence};
 pub use distribution::{DistributionError, check_distribution};
 pub use file::{Calibration, CalibrationError, FORMAT_VERSION, Provenance, ProvenanceField};

@@ -2,35 +2,40 @@
 //! with the difference A - B of accuracy and of ECE and a paired bootstrap interval for each.
 //!
 //! Questions are paired by record id and question id; only questions labelled and answered in
-//! both count. Accuracy's interval is `ruling_calibration::paired_bootstrap` over the paired
-//! right/wrong indicators. ECE is not a mean of per-item values, so its interval resamples the
-//! paired questions the same way (n draws with replacement, ChaCha8 from the seed), recomputes
-//! both ECEs on each resample, and takes the percentiles of their difference (linear
-//! interpolation between order statistics, as the accuracy interval does).
+//! every result set compared count. A side may be several result sets (`A0,A1`): runs of one
+//! recipe, such as checkpoints trained with different seeds. Its accuracy and ECE are then the
+//! means over its runs, and the intervals come from `ruling_calibration::runs_bootstrap`, which
+//! resamples a side's runs as well as the questions; with one run a side it is the plain paired
+//! bootstrap (n draws with replacement, ChaCha8 from the seed, percentiles interpolated between
+//! order statistics). ECE is not a mean of per-item values, so each resample recomputes it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use ruling_calibration::{
-    AnswerType, BootstrapInterval, BootstrapOptions, expected_calibration_error, paired_bootstrap,
+    AnswerType, BootstrapInterval, BootstrapOptions, MetricError, runs_bootstrap,
 };
 use serde::Serialize;
 
 use crate::derive::argmax;
 use crate::results::{ResultSet, RunManifest};
-use crate::summary::{Column, ECE_BINS, Scaling, ece_bootstrap};
+use crate::summary::{Column, Scaling, ece_statistic};
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:
-  ruling-eval compare runs/raw runs/debiased --column answer")]
+#[command(after_help = "Examples:
+  ruling-eval compare runs/raw runs/debiased --column answer
+  ruling-eval compare runs/seed0,runs/seed1 runs/new-seed0,runs/new-seed1")]
 pub struct CompareArgs {
-    /// The first results directory (A).
-    a: PathBuf,
-    /// The second results directory (B).
-    b: PathBuf,
+    /// The first results directory (A), or several separated by commas: runs of one recipe
+    /// (training seeds, say), compared by their mean.
+    #[arg(value_delimiter = ',', num_args = 1, required = true)]
+    a: Vec<PathBuf>,
+    /// The second results directory (B), or several separated by commas.
+    #[arg(value_delimiter = ',', num_args = 1, required = true)]
+    b: Vec<PathBuf>,
     /// Which distribution of each side to compare: answer (what each run's engine returned),
     /// raw, prior-corrected, rotated, or calibrated (each run's own calibration).
     #[arg(long, default_value = "answer")]
@@ -46,7 +51,7 @@ pub struct CompareArgs {
     json: bool,
 }
 
-/// One metric on both sides, with the interval of A - B.
+/// One metric on both sides (each the mean over its runs), with the interval of A - B.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sides {
     pub a: f64,
@@ -68,8 +73,9 @@ pub struct Comparison {
 
 #[derive(Debug, Serialize)]
 struct Output<'a> {
-    a: &'a RunManifest,
-    b: &'a RunManifest,
+    /// Every run of each side, in the order given.
+    a: Vec<&'a RunManifest>,
+    b: Vec<&'a RunManifest>,
     column: &'static str,
     level: f64,
     resamples: usize,
@@ -113,61 +119,106 @@ fn answers(set: &ResultSet, dataset: &str, column: Column) -> anyhow::Result<Ans
     Ok(out)
 }
 
-/// Compares `a` and `b` on every dataset both hold.
+/// Compares the runs of `a` with those of `b` on every dataset all of them hold.
 pub fn compare_sets(
-    a: &ResultSet,
-    b: &ResultSet,
+    a: &[ResultSet],
+    b: &[ResultSet],
     column: Column,
     options: &BootstrapOptions,
 ) -> anyhow::Result<Vec<Comparison>> {
     let mut comparisons = Vec::new();
-    for (dataset, _) in &a.datasets {
-        if !b.datasets.iter().any(|(d, _)| d == dataset) {
+    let Some(first) = a.first() else {
+        bail!("side A has no result set");
+    };
+    for (dataset, _) in &first.datasets {
+        let holds = |set: &ResultSet| set.datasets.iter().any(|(d, _)| d == dataset);
+        if !a.iter().chain(b).all(holds) {
             continue;
         }
-        let left = answers(a, dataset, column)?;
-        let right = answers(b, dataset, column)?;
+        let read = |sets: &[ResultSet]| -> anyhow::Result<Vec<Answers>> {
+            sets.iter()
+                .map(|set| answers(set, dataset, column))
+                .collect()
+        };
+        let (left, right) = (read(a)?, read(b)?);
         for kind in AnswerType::ALL {
-            let mut keys: Vec<&(String, String)> = left
-                .iter()
-                .filter(|(k, v)| v.0 == kind && right.get(*k).is_some_and(|w| w.0 == kind))
-                .map(|(k, _)| k)
+            let of_kind = |side: &Answers| -> BTreeSet<(String, String)> {
+                side.iter()
+                    .filter(|(_, v)| v.0 == kind)
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            };
+            let everywhere = |k: &(String, String)| {
+                left.iter()
+                    .chain(&right)
+                    .all(|side| side.get(k).is_some_and(|v| v.0 == kind))
+            };
+            let keys: Vec<(String, String)> = of_kind(&left[0])
+                .into_iter()
+                .filter(|k| everywhere(k))
                 .collect();
             if keys.is_empty() {
                 continue;
             }
-            keys.sort();
-            let count = |side: &Answers| side.values().filter(|v| v.0 == kind).count();
-            let pick = |side: &Answers| -> (Vec<f64>, Vec<bool>) {
-                keys.iter().map(|k| (side[*k].1, side[*k].2)).unzip()
+            // Questions some run of a side holds that not every run of both sides does.
+            let unpaired = |sides: &[Answers]| {
+                let all: BTreeSet<_> = sides.iter().flat_map(of_kind).collect();
+                all.len() - keys.len()
             };
-            let (conf_a, right_a) = pick(&left);
-            let (conf_b, right_b) = pick(&right);
-            let indicator =
-                |r: &[bool]| -> Vec<f64> { r.iter().map(|&x| f64::from(u8::from(x))).collect() };
-            let (acc_a, acc_b) = (indicator(&right_a), indicator(&right_b));
-            let accuracy = Sides {
-                a: acc_a.iter().sum::<f64>() / acc_a.len() as f64,
-                b: acc_b.iter().sum::<f64>() / acc_b.len() as f64,
-                difference: paired_bootstrap(&acc_a, &acc_b, options)?,
+            let pick = |sides: &[Answers]| -> Vec<Vec<(f64, bool)>> {
+                sides
+                    .iter()
+                    .map(|side| keys.iter().map(|k| (side[k].1, side[k].2)).collect())
+                    .collect()
             };
-            let ece = Sides {
-                a: expected_calibration_error(&conf_a, &right_a, ECE_BINS)?,
-                b: expected_calibration_error(&conf_b, &right_b, ECE_BINS)?,
-                difference: ece_bootstrap(&conf_a, &right_a, &conf_b, &right_b, options)?,
-            };
+            let (runs_a, runs_b) = (pick(&left), pick(&right));
+            let runs_a: Vec<&[(f64, bool)]> = runs_a.iter().map(Vec::as_slice).collect();
+            let runs_b: Vec<&[(f64, bool)]> = runs_b.iter().map(Vec::as_slice).collect();
+            let accuracy = sides(&runs_a, &runs_b, options, share_right)?;
+            let ece = sides(&runs_a, &runs_b, options, ece_statistic)?;
             comparisons.push(Comparison {
                 dataset: dataset.clone(),
                 question_type: kind,
                 paired: keys.len(),
-                only_a: count(&left) - keys.len(),
-                only_b: count(&right) - keys.len(),
+                only_a: unpaired(&left),
+                only_b: unpaired(&right),
                 accuracy,
                 ece,
             });
         }
     }
     Ok(comparisons)
+}
+
+/// Accuracy of (confidence, right) pairs, as a statistic for `sides`.
+fn share_right() -> impl FnMut(&[(f64, bool)]) -> Result<f64, MetricError> {
+    |items| Ok(items.iter().filter(|(_, right)| *right).count() as f64 / items.len() as f64)
+}
+
+/// One statistic of (confidence, right) pairs on both sides, each the mean over its runs, and
+/// the interval of A - B. `statistic` makes a fresh instance of the statistic.
+fn sides<S>(
+    a: &[&[(f64, bool)]],
+    b: &[&[(f64, bool)]],
+    options: &BootstrapOptions,
+    statistic: impl Fn() -> S,
+) -> anyhow::Result<Sides>
+where
+    S: FnMut(&[(f64, bool)]) -> Result<f64, MetricError>,
+{
+    let mean_over = |runs: &[&[(f64, bool)]]| -> Result<f64, MetricError> {
+        let mut of = statistic();
+        let mut sum = 0.0;
+        for run in runs {
+            sum += of(run)?;
+        }
+        Ok(sum / runs.len() as f64)
+    };
+    Ok(Sides {
+        a: mean_over(a)?,
+        b: mean_over(b)?,
+        difference: runs_bootstrap(a, b, options, statistic())?,
+    })
 }
 
 fn describe(set: &ResultSet) -> String {
@@ -195,19 +246,34 @@ fn interval(i: &BootstrapInterval) -> String {
 
 /// The markdown form of a comparison.
 pub fn render(
-    a: &ResultSet,
-    b: &ResultSet,
+    a: &[ResultSet],
+    b: &[ResultSet],
     column: Column,
     options: &BootstrapOptions,
     rows: &[Comparison],
 ) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "A: {}", describe(a));
-    let _ = writeln!(out, "B: {}", describe(b));
+    for (name, side) in [("A", a), ("B", b)] {
+        if let [one] = side {
+            let _ = writeln!(out, "{name}: {}", describe(one));
+        } else {
+            let _ = writeln!(out, "{name}: the mean of {} runs", side.len());
+            for set in side {
+                let _ = writeln!(out, "- {}", describe(set));
+            }
+        }
+    }
+    let runs = if a.len() + b.len() > 2 {
+        "; a side of several runs is their mean, and each resample also draws its runs with \
+         replacement"
+    } else {
+        ""
+    };
     let _ = writeln!(
         out,
         "\nColumn `{}`; questions paired by record and question id; {:.0}% paired bootstrap \
-         intervals of A - B over {} resamples (seed {}); * marks an interval that leaves out 0.\n",
+         intervals of A - B over {} resamples (seed {}){runs}; * marks an interval that leaves \
+         out 0.\n",
         column.name(),
         options.level * 100.0,
         options.resamples,
@@ -256,8 +322,10 @@ pub fn compare(args: CompareArgs) -> anyhow::Result<()> {
             args.column
         )
     })?;
-    let a = ResultSet::read(&args.a)?;
-    let b = ResultSet::read(&args.b)?;
+    let read = |dirs: &[PathBuf]| -> anyhow::Result<Vec<ResultSet>> {
+        dirs.iter().map(|dir| ResultSet::read(dir)).collect()
+    };
+    let (a, b) = (read(&args.a)?, read(&args.b)?);
     let options = BootstrapOptions {
         resamples: args.resamples,
         seed: args.seed,
@@ -265,17 +333,21 @@ pub fn compare(args: CompareArgs) -> anyhow::Result<()> {
     };
     let rows = compare_sets(&a, &b, column, &options)?;
     if rows.is_empty() {
+        let list = |dirs: &[PathBuf]| -> String {
+            let names: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+            names.join(", ")
+        };
         bail!(
             "{} and {} share no labelled question (same dataset, record and question id)",
-            args.a.display(),
-            args.b.display()
+            list(&args.a),
+            list(&args.b)
         );
     }
     let mut stdout = std::io::stdout().lock();
     if args.json {
         let output = Output {
-            a: &a.manifest,
-            b: &b.manifest,
+            a: a.iter().map(|set| &set.manifest).collect(),
+            b: b.iter().map(|set| &set.manifest).collect(),
             column: column.name(),
             level: options.level,
             resamples: options.resamples,

@@ -18,14 +18,12 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, bail};
-use rand::{Rng as _, SeedableRng as _};
-use rand_chacha::ChaCha8Rng;
 use ruling_calibration::temperature::FIT_ECE_BINS;
 use ruling_calibration::{
-    AnswerType, BootstrapInterval, BootstrapOptions, Provenance, ReliabilityDiagram, Temperatures,
-    accuracy, brier_score, coverage_at_error, expected_calibration_error, expected_level,
-    flip_rate, log_loss, macro_f1, mean_absolute_error, mean_kl_divergence, quantile,
-    reliability_diagram,
+    AnswerType, BootstrapInterval, BootstrapOptions, MetricError, Provenance, ReliabilityDiagram,
+    Temperatures, accuracy, brier_score, coverage_at_error, expected_calibration_error,
+    expected_level, flip_rate, log_loss, macro_f1, mean_absolute_error, mean_kl_divergence,
+    quantile, reliability_diagram, runs_bootstrap,
 };
 use serde::{Serialize, Serializer};
 
@@ -248,7 +246,23 @@ pub struct DatasetSummary {
     pub groups: Vec<GroupSummary>,
 }
 
-/// The percentile bootstrap interval of `ECE(a) - ECE(b)` over paired items.
+/// The ECE of (confidence, right) pairs, as a statistic for
+/// `ruling_calibration::runs_bootstrap` (it keeps its buffers between calls).
+pub fn ece_statistic() -> impl FnMut(&[(f64, bool)]) -> Result<f64, MetricError> {
+    let (mut confidences, mut right) = (Vec::new(), Vec::new());
+    move |pairs| {
+        confidences.clear();
+        right.clear();
+        for &(c, r) in pairs {
+            confidences.push(c);
+            right.push(r);
+        }
+        expected_calibration_error(&confidences, &right, ECE_BINS)
+    }
+}
+
+/// The percentile bootstrap interval of `ECE(a) - ECE(b)` over paired items: each resample
+/// draws the items with replacement and recomputes both ECEs.
 pub fn ece_bootstrap(
     conf_a: &[f64],
     right_a: &[bool],
@@ -260,41 +274,11 @@ pub fn ece_bootstrap(
     if n == 0 || conf_b.len() != n || right_a.len() != n || right_b.len() != n {
         bail!("the ECE bootstrap needs the same non-zero number of items on both sides");
     }
-    let estimate = expected_calibration_error(conf_a, right_a, ECE_BINS)?
-        - expected_calibration_error(conf_b, right_b, ECE_BINS)?;
-    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
-    let mut differences = Vec::with_capacity(options.resamples);
-    let (mut ca, mut ra, mut cb, mut rb) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for _ in 0..options.resamples.max(1) {
-        ca.clear();
-        ra.clear();
-        cb.clear();
-        rb.clear();
-        for _ in 0..n {
-            let i = rng.random_range(0..n);
-            ca.push(conf_a[i]);
-            ra.push(right_a[i]);
-            cb.push(conf_b[i]);
-            rb.push(right_b[i]);
-        }
-        differences.push(
-            expected_calibration_error(&ca, &ra, ECE_BINS)?
-                - expected_calibration_error(&cb, &rb, ECE_BINS)?,
-        );
-    }
-    let tail = (1.0 - options.level) / 2.0;
-    Ok(BootstrapInterval {
-        estimate,
-        lower: quantile(&differences, tail).unwrap_or(estimate),
-        upper: quantile(&differences, 1.0 - tail).unwrap_or(estimate),
-        level: options.level,
-        resamples: options.resamples.max(1),
-    })
+    let pairs = |c: &[f64], r: &[bool]| -> Vec<(f64, bool)> {
+        c.iter().copied().zip(r.iter().copied()).collect()
+    };
+    let (a, b) = (pairs(conf_a, right_a), pairs(conf_b, right_b));
+    Ok(runs_bootstrap(&[&a], &[&b], options, ece_statistic())?)
 }
 
 fn latency(values: &[f64]) -> Option<Latency> {

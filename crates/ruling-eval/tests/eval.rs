@@ -595,6 +595,38 @@ fn compare_prints_paired_intervals() {
         assert!(d["lower"].as_f64().unwrap() <= d["upper"].as_f64().unwrap());
         assert_eq!(d["level"], 0.95);
     }
+    // Each side as the mean of two runs: the same two runs on both sides differ by nothing.
+    let (a, b) = (a.display().to_string(), b.display().to_string());
+    let (both, swapped) = (format!("{a},{b}"), format!("{b},{a}"));
+    let (stdout, _) = succeed(
+        ruling_eval()
+            .args(["compare", &both, &swapped, "--json", "--resamples", "500"])
+            .output()
+            .unwrap(),
+    );
+    let output: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(output["a"].as_array().unwrap().len(), 2, "{output}");
+    for c in output["comparisons"].as_array().unwrap() {
+        let d = &c["accuracy"]["difference"];
+        assert!(d["estimate"].as_f64().unwrap().abs() < 1e-12, "{c}");
+        assert_eq!(c["accuracy"]["a"], c["accuracy"]["b"], "{c}");
+    }
+    let (stdout, _) = succeed(
+        ruling_eval()
+            .args(["compare", &both, &b, "--resamples", "500"])
+            .output()
+            .unwrap(),
+    );
+    assert!(stdout.contains("A: the mean of 2 runs"), "{stdout}");
+    assert!(stdout.contains("also draws its runs"), "{stdout}");
+    let missing = dir.join("missing").display().to_string();
+    let output = ruling_eval()
+        .args(["compare", &format!("{a},{missing}"), &b])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&missing), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
