@@ -186,6 +186,12 @@ fn preview(value: &Value) -> String {
     }
 }
 
+/// The request's assets: those that passed, and how many were sent.
+struct Assets {
+    valid: Vec<ValidAsset>,
+    sent: usize,
+}
+
 struct Validator<'c> {
     caps: &'c Capabilities,
     errors: Vec<ErrorDetail>,
@@ -268,11 +274,31 @@ impl<'c> Validator<'c> {
             self.wrong_type(body, "dict_type", "a valid dictionary", "body", value);
             return Err(ValidationErrors::new(self.errors));
         };
+        let model = self.model(object.get("model"), &body);
+        let state = self.state(object.get("state"), &body);
+        let (questions, raw_questions) = self.questions(object.get("questions"), &body);
+        let assets = self.assets(object, &raw_questions, &body);
+        let model_name = model.as_deref().unwrap_or("this model");
+        self.capabilities(model_name, assets.sent, &questions, &body);
+        let trace = self.trace(object.get("trace"), &body);
+        match (model, state) {
+            (Some(model), Some(state)) if self.errors.is_empty() => Ok(ValidRequest {
+                model,
+                state,
+                questions,
+                assets: assets.valid,
+                trace,
+            }),
+            _ => Err(ValidationErrors::new(self.errors)),
+        }
+    }
 
-        let model = match object.get("model") {
+    /// `model`: a non-empty string.
+    fn model(&mut self, value: Option<&Value>, body: &[LocItem]) -> Option<String> {
+        match value {
             None => {
                 self.missing(
-                    at(&body, "model"),
+                    at(body, "model"),
                     "the request needs `model`, the model to ask",
                 );
                 None
@@ -280,7 +306,7 @@ impl<'c> Validator<'c> {
             Some(Value::String(s)) if s.is_empty() => {
                 self.push(
                     ErrorDetail::new(
-                        at(&body, "model"),
+                        at(body, "model"),
                         "string_too_short",
                         "String should have at least 1 character: `model` is empty",
                     )
@@ -292,7 +318,7 @@ impl<'c> Validator<'c> {
             Some(Value::String(s)) => Some(s.clone()),
             Some(other) => {
                 self.wrong_type(
-                    at(&body, "model"),
+                    at(body, "model"),
                     "string_type",
                     "a valid string",
                     "model",
@@ -300,44 +326,52 @@ impl<'c> Validator<'c> {
                 );
                 None
             }
-        };
+        }
+    }
 
-        let state = match object.get("state") {
-            None => {
-                self.missing(
-                    at(&body, "state"),
-                    "the request needs `state`, the content to ask about",
+    /// `state`: a string, a dictionary or a list.
+    fn state(&mut self, value: Option<&Value>, body: &[LocItem]) -> Option<State> {
+        let Some(value) = value else {
+            self.missing(
+                at(body, "state"),
+                "the request needs `state`, the content to ask about",
+            );
+            return None;
+        };
+        match State::new(value.clone()) {
+            Ok(state) => Some(state),
+            Err(other) => {
+                self.wrong_type(
+                    at(body, "state"),
+                    "string_type",
+                    "a valid string, dictionary or list",
+                    "state",
+                    &other,
                 );
                 None
             }
-            Some(v) => match State::new(v.clone()) {
-                Ok(state) => Some(state),
-                Err(other) => {
-                    self.wrong_type(
-                        at(&body, "state"),
-                        "string_type",
-                        "a valid string, dictionary or list",
-                        "state",
-                        &other,
-                    );
-                    None
-                }
-            },
-        };
+        }
+    }
 
-        let questions_loc = at(&body, "questions");
-        let mut questions = Vec::new();
-        let mut raw_questions: Vec<&Value> = Vec::new();
-        match object.get("questions") {
+    /// `questions`: a non-empty map from id to question. Returns the valid questions and every
+    /// question as sent (the asset check reads their strings).
+    fn questions<'v>(
+        &mut self,
+        value: Option<&'v Value>,
+        body: &[LocItem],
+    ) -> (Vec<ValidQuestion>, Vec<&'v Value>) {
+        let loc = at(body, "questions");
+        let (mut questions, mut raw) = (Vec::new(), Vec::new());
+        match value {
             None => self.missing(
-                questions_loc.clone(),
+                loc,
                 "the request needs `questions`, a map from id to question",
             ),
             Some(Value::Object(map)) => {
                 if map.is_empty() {
                     self.push(
                         ErrorDetail::new(
-                            questions_loc.clone(),
+                            loc.clone(),
                             "too_short",
                             "Dictionary should have at least 1 item: `questions` is empty; ask at least one question",
                         )
@@ -346,31 +380,39 @@ impl<'c> Validator<'c> {
                     );
                 }
                 for (id, q) in map {
-                    raw_questions.push(q);
-                    if let Some(question) = self.question(&questions_loc, id, q) {
+                    raw.push(q);
+                    if let Some(question) = self.question(&loc, id, q) {
                         questions.push(question);
                     }
                 }
             }
-            Some(other) => self.wrong_type(
-                questions_loc.clone(),
-                "dict_type",
-                "a valid dictionary",
-                "questions",
-                other,
-            ),
+            Some(other) => {
+                self.wrong_type(loc, "dict_type", "a valid dictionary", "questions", other)
+            }
         }
+        (questions, raw)
+    }
 
-        let assets_loc = at(&body, "assets");
-        let mut assets = Vec::new();
-        let mut asset_count = 0;
+    /// `assets`: absent, null, or a map from placeholder to image, each placeholder written in
+    /// some string of the state or of a question.
+    fn assets(
+        &mut self,
+        object: &Map<String, Value>,
+        raw_questions: &[&Value],
+        body: &[LocItem],
+    ) -> Assets {
+        let loc = at(body, "assets");
+        let mut assets = Assets {
+            valid: Vec::new(),
+            sent: 0,
+        };
         match object.get("assets") {
             None | Some(Value::Null) => {}
             Some(Value::Object(map)) => {
-                asset_count = map.len();
+                assets.sent = map.len();
                 for (placeholder, a) in map {
-                    if let Some(asset) = self.asset(&assets_loc, placeholder, a) {
-                        assets.push(asset);
+                    if let Some(asset) = self.asset(&loc, placeholder, a) {
+                        assets.valid.push(asset);
                     }
                     if !placeholder.is_empty()
                         && !mentions(object.get("state"), placeholder)
@@ -380,7 +422,7 @@ impl<'c> Validator<'c> {
                     {
                         self.push(
                             ErrorDetail::new(
-                                at(&assets_loc, placeholder),
+                                at(&loc, placeholder),
                                 "value_error",
                                 format!(
                                     "Value error, asset placeholder {placeholder:?} appears in no \
@@ -393,70 +435,78 @@ impl<'c> Validator<'c> {
                     }
                 }
             }
-            Some(other) => self.wrong_type(
-                assets_loc.clone(),
-                "dict_type",
-                "a valid dictionary",
-                "assets",
-                other,
-            ),
+            Some(other) => self.wrong_type(loc, "dict_type", "a valid dictionary", "assets", other),
         }
+        assets
+    }
 
-        if self.caps.vision && asset_count > self.caps.max_images {
-            let model_name = model.as_deref().unwrap_or("this model");
-            self.push(
-                ErrorDetail::new(
-                    assets_loc.clone(),
-                    "value_error",
-                    format!(
-                        "Value error, {asset_count} images sent, over the {} one request may \
-                         carry on model {model_name:?}",
-                        self.caps.max_images
-                    ),
-                )
-                .with_ctx(json!({"max_images": self.caps.max_images, "assets": asset_count})),
-            );
-        }
-        if !self.caps.vision {
-            if asset_count > 0 {
-                let model_name = model.as_deref().unwrap_or("this model");
+    /// What the model can read: images only on a vision model, and at most its number of them;
+    /// box questions only on a vision model.
+    fn capabilities(
+        &mut self,
+        model_name: &str,
+        images: usize,
+        questions: &[ValidQuestion],
+        body: &[LocItem],
+    ) {
+        let assets_loc = at(body, "assets");
+        if self.caps.vision {
+            if images > self.caps.max_images {
                 self.push(
                     ErrorDetail::new(
                         assets_loc,
                         "value_error",
                         format!(
-                            "Value error, model {model_name:?} reads text only; got \
-                             {asset_count} image asset(s). Send images to a vision model."
+                            "Value error, {images} images sent, over the {} one request may \
+                             carry on model {model_name:?}",
+                            self.caps.max_images
                         ),
                     )
-                    .with_ctx(json!({"vision": false, "assets": asset_count})),
+                    .with_ctx(json!({"max_images": self.caps.max_images, "assets": images})),
                 );
             }
-            for q in &questions {
-                if matches!(q.kind, QuestionKind::Box { .. }) {
-                    let model_name = model.as_deref().unwrap_or("this model");
-                    self.push(
-                        ErrorDetail::new(
-                            at(&questions_loc, &q.id),
-                            "value_error",
-                            format!(
-                                "Value error, question {:?} is a box question, and box questions \
-                                 need a vision model; model {model_name:?} reads text only",
-                                q.id
-                            ),
-                        )
-                        .with_ctx(json!({"vision": false, "type": "box"})),
-                    );
-                }
+            return;
+        }
+        if images > 0 {
+            self.push(
+                ErrorDetail::new(
+                    assets_loc,
+                    "value_error",
+                    format!(
+                        "Value error, model {model_name:?} reads text only; got \
+                         {images} image asset(s). Send images to a vision model."
+                    ),
+                )
+                .with_ctx(json!({"vision": false, "assets": images})),
+            );
+        }
+        let questions_loc = at(body, "questions");
+        for q in questions {
+            if matches!(q.kind, QuestionKind::Box { .. }) {
+                self.push(
+                    ErrorDetail::new(
+                        at(&questions_loc, &q.id),
+                        "value_error",
+                        format!(
+                            "Value error, question {:?} is a box question, and box questions \
+                             need a vision model; model {model_name:?} reads text only",
+                            q.id
+                        ),
+                    )
+                    .with_ctx(json!({"vision": false, "type": "box"})),
+                );
             }
         }
+    }
 
-        let trace = match object.get("trace") {
+    /// `trace`: absent, null or a boolean.
+    fn trace(&mut self, value: Option<&Value>, body: &[LocItem]) -> bool {
+        match value {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
             Some(other) => {
                 self.wrong_type(
-                    at(&body, "trace"),
+                    at(body, "trace"),
                     "bool_type",
                     "a valid boolean",
                     "trace",
@@ -464,17 +514,6 @@ impl<'c> Validator<'c> {
                 );
                 false
             }
-        };
-
-        match (model, state) {
-            (Some(model), Some(state)) if self.errors.is_empty() => Ok(ValidRequest {
-                model,
-                state,
-                questions,
-                assets,
-                trace,
-            }),
-            _ => Err(ValidationErrors::new(self.errors)),
         }
     }
 
