@@ -862,8 +862,32 @@ impl<'c> Validator<'c> {
             );
             return None;
         };
-        match object.get("type") {
-            Some(Value::String(t)) if t == "image" => {}
+        if !self.image_tag(object.get("type"), aloc.clone(), placeholder) {
+            return None;
+        }
+        let iloc = at(&aloc, "image");
+        self.forbid_extra(
+            object,
+            &["type", "format", "data_base64", "part"],
+            &iloc,
+            "an image asset",
+        );
+
+        let format = self.image_format(object.get("format"), &iloc);
+        let data = self.image_data(object.get("data_base64"), object.get("part"), iloc);
+
+        let (format, data) = format.zip(data).filter(|_| self.errors.len() == before)?;
+        Some(ValidAsset {
+            placeholder: placeholder.to_owned(),
+            format,
+            data,
+        })
+    }
+
+    /// An asset's `type`, which must be "image"; false (with the error) otherwise.
+    fn image_tag(&mut self, tag: Option<&Value>, aloc: Vec<LocItem>, placeholder: &str) -> bool {
+        match tag {
+            Some(Value::String(t)) if t == "image" => true,
             None => {
                 self.push(
                     ErrorDetail::new(
@@ -876,7 +900,7 @@ impl<'c> Validator<'c> {
                     )
                     .with_ctx(json!({"discriminator": "'type'"})),
                 );
-                return None;
+                false
             }
             Some(other) => {
                 let tag = other
@@ -895,21 +919,17 @@ impl<'c> Validator<'c> {
                         json!({"discriminator": "'type'", "tag": tag, "expected_tags": "'image'"}),
                     ),
                 );
-                return None;
+                false
             }
         }
-        let iloc = at(&aloc, "image");
-        self.forbid_extra(
-            object,
-            &["type", "format", "data_base64", "part"],
-            &iloc,
-            "an image asset",
-        );
+    }
 
-        let format = match object.get("format") {
+    /// An image's `format`: 'png', 'jpg' or 'jpeg'.
+    fn image_format(&mut self, value: Option<&Value>, iloc: &[LocItem]) -> Option<ImageFormat> {
+        match value {
             None => {
                 self.missing(
-                    at(&iloc, "format"),
+                    at(iloc, "format"),
                     "an image asset needs `format`: 'png', 'jpg' or 'jpeg'",
                 );
                 None
@@ -919,7 +939,7 @@ impl<'c> Validator<'c> {
                 if format.is_none() {
                     self.push(
                         ErrorDetail::new(
-                            at(&iloc, "format"),
+                            at(iloc, "format"),
                             "literal_error",
                             format!(
                                 "Input should be 'png', 'jpg' or 'jpeg': `format` got {}",
@@ -932,9 +952,17 @@ impl<'c> Validator<'c> {
                 }
                 format
             }
-        };
+        }
+    }
 
-        let data = match (object.get("data_base64"), object.get("part")) {
+    /// An image's bytes: inline as `data_base64`, or named as a multipart `part`, one of the two.
+    fn image_data(
+        &mut self,
+        inline: Option<&Value>,
+        part: Option<&Value>,
+        iloc: Vec<LocItem>,
+    ) -> Option<AssetData> {
+        match (inline, part) {
             (Some(_), Some(_)) => {
                 self.push(ErrorDetail::new(
                     iloc,
@@ -1011,14 +1039,7 @@ impl<'c> Validator<'c> {
                 );
                 None
             }
-        };
-
-        let (format, data) = format.zip(data).filter(|_| self.errors.len() == before)?;
-        Some(ValidAsset {
-            placeholder: placeholder.to_owned(),
-            format,
-            data,
-        })
+        }
     }
 }
 
