@@ -10,19 +10,16 @@
 //! `cargo xtask bench backends` runs it and writes `docs/bench/backends.md`. A program, not a
 //! test: it measures, it does not assert.
 
-use std::num::NonZeroU32;
+mod plain;
+mod report;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Parser;
-use llama_cpp_2::context::params::LlamaContextParams;
-use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::model::LlamaModel;
-use llama_cpp_2::model::params::LlamaModelParams;
-use llama_cpp_2::token::LlamaToken;
 use ruling_backend::{
     Backend, BackendError, BackendInfo, Branch, BranchLogits, ChatMessage, DecoderEngine, Engine,
     EngineOptions, Generator, Role, Sampling,
@@ -263,7 +260,7 @@ fn main() -> anyhow::Result<()> {
             std::fs::remove_file(&json).ok();
         }
     }
-    write_report(&args, &runs)
+    report::write_report(&args, &runs)
 }
 
 fn model_path(spec: &str) -> anyhow::Result<PathBuf> {
@@ -308,7 +305,6 @@ fn state_text(
     Ok(tokenizer.decode(&ids[..tokens])?)
 }
 
-/// The four request shapes: 1 and 16 questions, one rotation and every rotation.
 /// The request shapes: (questions, every rotation, adaptive stopping, shared stems). Stems
 /// only apply with two or more rotations; each feature is measured on and off so its share
 /// shows.
@@ -370,7 +366,7 @@ fn single(model: &str, backend: &str, args: &Args) -> anyhow::Result<Run> {
                 measure(model, "llama", load_s, Arc::clone(&loaded), tokenizer, args)?;
             run.peak_rss_mib = peak_rss_mib();
             drop(loaded);
-            run.plain = Some(plain(&path, &work, args)?);
+            run.plain = Some(plain::plain(&path, &work, args)?);
             Ok(run)
         }
         other => bail!("unknown backend {other:?}; expected candle or llama"),
@@ -541,348 +537,4 @@ fn questions_map() -> anyhow::Result<serde_json::Map<String, serde_json::Value>>
         serde_json::Value::Object(map) => Ok(map),
         _ => bail!("the questions are an object"),
     }
-}
-
-fn token(id: u32) -> LlamaToken {
-    LlamaToken(i32::try_from(id).unwrap_or(i32::MAX))
-}
-
-/// The same work on llama.cpp with no engine: one context, the prefix decoded once into
-/// sequence 0, each branch decoded on top of it with logits at its last token and its cells
-/// removed after; generation with one sequence per prompt, every prompt's next token in one
-/// batch, greedy.
-fn plain(path: &Path, work: &[(RequestRow, Work)], args: &Args) -> anyhow::Result<Plain> {
-    let runtime = ruling_llama::runtime()?;
-    let model = LlamaModel::load_from_file(runtime, path, &LlamaModelParams::default())?;
-    let threads = i32::try_from(args.threads).unwrap_or(2);
-    let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(8192))
-        .with_n_batch(2048)
-        .with_n_ubatch(512)
-        .with_n_seq_max(8)
-        .with_n_threads(threads)
-        .with_n_threads_batch(threads);
-    let mut context = model.new_context(runtime, params)?;
-    let mut batch = LlamaBatch::new(2048, 1);
-
-    let mut decode_prefix = |context: &mut llama_cpp_2::context::LlamaContext<'_>,
-                             prefix: &[u32]|
-     -> anyhow::Result<()> {
-        context.clear_kv_cache();
-        for (chunk_index, chunk) in prefix.chunks(2048).enumerate() {
-            batch.clear();
-            for (offset, &id) in chunk.iter().enumerate() {
-                let at = chunk_index * 2048 + offset;
-                batch.add(token(id), at as i32, &[0], at + 1 == prefix.len())?;
-            }
-            context.decode(&mut batch)?;
-        }
-        Ok(())
-    };
-
-    let prefix = &work.first().context("no work recorded")?.1.prefix;
-    decode_prefix(&mut context, prefix)?; // warm-up
-    let mut times = Vec::new();
-    for _ in 0..3 {
-        let started = Instant::now();
-        decode_prefix(&mut context, prefix)?;
-        times.push(seconds(started));
-    }
-    let prefill_tokens_per_s = prefix.len() as f64 / median(&mut times);
-
-    let mut requests = Vec::new();
-    let mut batch = LlamaBatch::new(2048, 1);
-    // Whole branches only: plain llama.cpp knows no stems and no stopping.
-    for (row, recorded) in work
-        .iter()
-        .filter(|(row, _)| !(row.adaptive || row.every_rotation && row.stems))
-    {
-        let mut times = Vec::new();
-        while times.len() < 3 && times.iter().sum::<f64>() < 20.0 {
-            let started = Instant::now();
-            context.clear_kv_cache();
-            batch.clear();
-            for (at, &id) in recorded.prefix.iter().enumerate() {
-                batch.add(token(id), at as i32, &[0], false)?;
-            }
-            context.decode(&mut batch)?;
-            let p = recorded.prefix.len();
-            for branch in &recorded.branches {
-                batch.clear();
-                for (offset, &id) in branch.iter().enumerate() {
-                    batch.add(
-                        token(id),
-                        (p + offset) as i32,
-                        &[0],
-                        offset + 1 == branch.len(),
-                    )?;
-                }
-                context.decode(&mut batch)?;
-                let logits = context.get_logits_ith(batch.n_tokens() - 1);
-                std::hint::black_box(logits.iter().copied().fold(f32::MIN, f32::max));
-                context.clear_kv_cache_seq(Some(0), Some(p as u32), None)?;
-            }
-            times.push(seconds(started));
-        }
-        let seconds = median(&mut times);
-        eprintln!(
-            "bench: plain llama.cpp: {} questions{}: {seconds:.2} s",
-            row.questions,
-            if row.every_rotation {
-                ", every rotation"
-            } else {
-                ""
-            }
-        );
-        requests.push(RequestRow {
-            seconds,
-            ..row.clone()
-        });
-    }
-
-    let vocab = model.vocab();
-    let prompts: Vec<Vec<u32>> = PROMPTS
-        .iter()
-        .map(|p| {
-            let text = format_prompt(path, p)?;
-            Ok(vocab
-                .tokenize(text.as_bytes(), false, true)
-                .into_iter()
-                .map(|t| t.0 as u32)
-                .collect())
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let mut writing = Vec::new();
-    for count in [1usize, 8] {
-        context.clear_kv_cache();
-        let started = Instant::now();
-        batch.clear();
-        let mut lengths = Vec::new();
-        let mut last = Vec::new();
-        for (seq, prompt) in prompts[..count].iter().enumerate() {
-            for (at, &id) in prompt.iter().enumerate() {
-                batch.add(token(id), at as i32, &[seq as i32], at + 1 == prompt.len())?;
-            }
-            lengths.push(prompt.len());
-            last.push(Some(batch.n_tokens() - 1));
-        }
-        context.decode(&mut batch)?;
-        let mut written = 0;
-        let mut steps = 0;
-        while steps < args.write_tokens {
-            batch.clear();
-            let mut rows = Vec::new();
-            for seq in 0..count {
-                let Some(at) = last[seq] else { continue };
-                let logits = context.get_logits_ith(at);
-                let mut best = 0;
-                for (i, &l) in logits.iter().enumerate() {
-                    if l > logits[best] {
-                        best = i;
-                    }
-                }
-                let next = LlamaToken(best as i32);
-                if vocab.is_eog(next) {
-                    last[seq] = None;
-                    continue;
-                }
-                written += 1;
-                batch.add(next, lengths[seq] as i32, &[seq as i32], true)?;
-                lengths[seq] += 1;
-                rows.push(seq);
-            }
-            if rows.is_empty() {
-                break;
-            }
-            context.decode(&mut batch)?;
-            for (index, seq) in rows.into_iter().enumerate() {
-                last[seq] = Some(index as i32);
-            }
-            steps += 1;
-        }
-        let row = WriteRow {
-            prompts: count,
-            tokens: written,
-            seconds: seconds(started),
-        };
-        eprintln!(
-            "bench: plain llama.cpp: {count} prompts wrote {} tokens in {:.2} s",
-            row.tokens, row.seconds
-        );
-        writing.push(row);
-    }
-    Ok(Plain {
-        prefill_tokens_per_s,
-        requests,
-        writing,
-    })
-}
-
-/// A user turn in the GGUF's own chat template (rendered by the project's reader, as every
-/// backend does, so the plain run writes after the same prompt).
-fn format_prompt(path: &Path, user: &str) -> anyhow::Result<String> {
-    let text = ruling_candle::ChatText::from_gguf(path)?;
-    Ok(text.render_chat(&[ChatMessage::new(Role::User, user)])?)
-}
-
-fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
-    use std::fmt::Write as _;
-    let mut md = String::new();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    writeln!(md, "# Decoder backends side by side\n")?;
-    writeln!(
-        md,
-        "Written by `cargo xtask bench backends` on {} ({cpus} CPUs, {} threads per backend). \
-         Each model runs in a child process per backend; plain llama.cpp runs in the llama \
-         child after the backend is measured, on exactly the prefix and branches the engine \
-         sent (recorded), so the ratios compare the same work measured in one run. Requests go \
-         through the real `DecoderEngine` with the prefix cache off, so each pays its prefill; \
-         short requests are the median of three. Tokens after the prefix count every branch \
-         and each shared stem once. Plain llama.cpp always decodes whole branches, every \
-         rotation: its time in a shared-stem or adaptive row is that of the same request with \
-         whole branches. Generation is greedy, {} tokens at most per prompt, timed from the \
-         prompt to the last token.\n",
-        std::env::consts::ARCH,
-        args.threads,
-        args.write_tokens
-    )?;
-    let models: Vec<&str> = {
-        let mut m: Vec<&str> = runs.iter().map(|r| r.model.as_str()).collect();
-        m.dedup();
-        m
-    };
-    let run_of = |model: &str, backend: &str| {
-        runs.iter()
-            .find(|r| r.model == model && r.backend == backend)
-    };
-    writeln!(md, "## Prefill, memory\n")?;
-    writeln!(
-        md,
-        "| model | state tokens | candle tok/s | llama backend tok/s | plain llama.cpp tok/s | candle peak RSS MiB | llama peak RSS MiB |"
-    )?;
-    writeln!(md, "|---|---|---|---|---|---|---|")?;
-    for model in &models {
-        let (candle, llama) = (run_of(model, "candle"), run_of(model, "llama"));
-        let tokens = candle.or(llama).map_or(0, |r| r.prefill_tokens);
-        writeln!(
-            md,
-            "| {model} | {tokens} | {} | {} | {} | {} | {} |",
-            cell(candle.map(|r| r.prefill_tokens_per_s), 0),
-            cell(llama.map(|r| r.prefill_tokens_per_s), 0),
-            cell(
-                llama
-                    .and_then(|r| r.plain.as_ref())
-                    .map(|p| p.prefill_tokens_per_s),
-                0
-            ),
-            cell(candle.map(|r| r.peak_rss_mib), 0),
-            cell(llama.map(|r| r.peak_rss_mib), 0),
-        )?;
-    }
-    writeln!(
-        md,
-        "\n## Requests (seconds; ratio = plain llama.cpp over the llama backend)\n"
-    )?;
-    writeln!(
-        md,
-        "| model | questions | rotations | branches | tokens after the prefix | candle s | llama backend s | plain llama.cpp s | plain / llama | cost vs 1 question (llama) |"
-    )?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
-    for model in &models {
-        let (candle, llama) = (run_of(model, "candle"), run_of(model, "llama"));
-        for (i, (questions, every, stops, stems)) in SHAPES.iter().enumerate() {
-            let pick = |r: Option<&Run>| r.and_then(|r| r.requests.get(i)).map(|q| q.seconds);
-            // Plain llama.cpp always reads every rotation asked for.
-            let plain_s = llama
-                .and_then(|r| r.plain.as_ref())
-                .and_then(|p| {
-                    p.requests
-                        .iter()
-                        .find(|q| q.questions == *questions && q.every_rotation == *every)
-                })
-                .map(|q| q.seconds);
-            let shape = llama.or(candle).and_then(|r| r.requests.get(i));
-            let one = llama.and_then(|r| {
-                r.requests
-                    .iter()
-                    .find(|q| {
-                        q.questions == 1
-                            && q.every_rotation == *every
-                            && !q.adaptive
-                            && q.stems == *stems
-                    })
-                    .map(|q| q.seconds)
-            });
-            let ratio = match (plain_s, pick(llama)) {
-                (Some(p), Some(l)) => format!("{:.2}x", p / l),
-                _ => "—".into(),
-            };
-            let cost = match (pick(llama), one) {
-                (Some(l), Some(o)) => format!("{:.2}x", l / o),
-                _ => "—".into(),
-            };
-            writeln!(
-                md,
-                "| {model} | {questions} | {} | {} | {} | {} | {} | {} | {ratio} | {cost} |",
-                shape_name(*every, *stops, *stems),
-                shape.map_or(0, |s| s.branches),
-                shape.map_or(0, |s| s.branch_tokens),
-                cell(pick(candle), 2),
-                cell(pick(llama), 2),
-                cell(plain_s, 2),
-            )?;
-        }
-    }
-    writeln!(md, "\n## Generation (tokens/s over the whole call)\n")?;
-    writeln!(
-        md,
-        "| model | prompts | candle | llama backend | plain llama.cpp | llama / plain |"
-    )?;
-    writeln!(md, "|---|---|---|---|---|---|")?;
-    for model in &models {
-        let (candle, llama) = (run_of(model, "candle"), run_of(model, "llama"));
-        for (i, prompts) in [1, 8].iter().enumerate() {
-            let rate = |w: Option<&WriteRow>| w.map(|w| w.tokens as f64 / w.seconds);
-            let c = rate(candle.and_then(|r| r.writing.get(i)));
-            let l = rate(llama.and_then(|r| r.writing.get(i)));
-            let p = rate(
-                llama
-                    .and_then(|r| r.plain.as_ref())
-                    .and_then(|p| p.writing.get(i)),
-            );
-            let ratio = match (l, p) {
-                (Some(l), Some(p)) => format!("{:.2}", l / p),
-                _ => "—".into(),
-            };
-            writeln!(
-                md,
-                "| {model} | {prompts} | {} | {} | {} | {ratio} |",
-                cell(c, 1),
-                cell(l, 1),
-                cell(p, 1)
-            )?;
-        }
-    }
-    if let Some(dir) = args.out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    write_atomic(&args.out, md.as_bytes())?;
-    write_atomic(
-        &args.out.with_extension("json"),
-        &serde_json::to_vec_pretty(runs)?,
-    )?;
-    eprintln!("bench: wrote {}", args.out.display());
-    Ok(())
-}
-
-/// A table cell: the value at `digits` decimals, or a dash when it was not measured.
-fn cell(value: Option<f64>, digits: usize) -> String {
-    value.map_or("—".to_owned(), |v| format!("{v:.digits$}"))
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
 }
