@@ -457,89 +457,113 @@ fn evaluate_record(job: &Job<'_>, record: &Record) -> anyhow::Result<ResultLine>
     line.usage = response.usage;
     let trace = traced(&response)?;
 
-    let mut twin = None;
-    if manifest.reversal
-        && let Some(request) = reversed_request(record, job.model)
-    {
-        let started = Instant::now();
-        let reply = job.client.answer(&request)?;
-        let latency_ms = millis(started.elapsed());
-        if let Reply::Answered(response) = reply {
-            line.reversal = Some(ReversalCost {
-                latency_ms,
-                input_tokens: response.usage.input_tokens,
-            });
-            twin = Some((request, response));
-        }
-    }
-
+    let twin = if manifest.reversal {
+        reversal(job, record, &mut line)?
+    } else {
+        None
+    };
     for (question_id, question) in &record.questions {
         if matches!(question, Question::Box { .. }) {
             continue;
         }
-        let keys = answer_keys(question);
-        let kind = answer_type(question);
-        let derived = derive(&keys, question_trace(trace, question_id)?)
-            .with_context(|| format!("question {question_id:?}: reading its trace"))?;
-        check_settings(manifest, kind, question_id, &derived)?;
-        let answer = answer_dist(
-            &keys,
-            response
-                .answers
-                .get(question_id)
-                .with_context(|| format!("the response has no answer to {question_id:?}"))?,
-        );
-        check_answer(question_id, &keys, &derived, &answer)?;
-        let calibrated = match &manifest.calibration {
-            Some(c) => Some(derived.calibrated(&keys, c.temperatures.get(kind))?),
-            None => None,
-        };
-        let reversed = match kind {
-            AnswerType::Noul => derived.second.clone().map(|(raw, prior)| Reversed {
-                raw,
-                prior,
-                rotated: derived.rotated.clone(),
-            }),
-            _ => match &twin {
-                Some((request, response)) => Some(reversed_dists(
-                    question,
-                    &request.questions[question_id.as_str()],
-                    question_trace(traced(response)?, question_id)?,
-                )?),
-                None => None,
-            },
-        };
-        let label = record.labels.get(question_id).map(|l| l.answer_key());
-        let target = record.soft_target(question_id).map(|target| {
-            keys.iter()
-                .map(|k| (k.clone(), target.get(k).copied().unwrap_or(0.0)))
-                .collect()
-        });
-        line.questions.insert(
-            question_id.clone(),
-            QuestionResult {
-                kind,
-                label,
-                target,
-                temperature: derived.temperature,
-                rotations: derived.rotations,
-                two_stage: derived.two_stage,
-                candidate_mass: derived.candidate_mass.clone(),
-                answer,
-                raw: derived.raw,
-                prior: derived.prior,
-                rotated: derived.rotated,
-                calibrated,
-                reversed,
-                orders: if derived.rotations >= 2 {
-                    derived.by_order.clone()
-                } else {
-                    Vec::new()
-                },
-            },
-        );
+        let result = question_result(job, record, question_id, trace, &response, twin.as_ref())
+            .with_context(|| format!("question {question_id:?}"))?;
+        line.questions.insert(question_id.clone(), result);
     }
     Ok(line)
+}
+
+/// The reversal request of a record with choices or scores (options in reverse order), sent
+/// and costed on `line`; `None` when the record has none or the engine refused it.
+fn reversal(
+    job: &Job<'_>,
+    record: &Record,
+    line: &mut ResultLine,
+) -> anyhow::Result<Option<(SystemOneRequest, SystemOneResponse)>> {
+    let Some(request) = reversed_request(record, job.model) else {
+        return Ok(None);
+    };
+    let started = Instant::now();
+    let reply = job.client.answer(&request)?;
+    let latency_ms = millis(started.elapsed());
+    let Reply::Answered(response) = reply else {
+        return Ok(None);
+    };
+    line.reversal = Some(ReversalCost {
+        latency_ms,
+        input_tokens: response.usage.input_tokens,
+    });
+    Ok(Some((request, response)))
+}
+
+/// Every column of one question: derived from the trace, checked against the engine's
+/// answer and settings, with its label, soft target and reversed reading.
+fn question_result(
+    job: &Job<'_>,
+    record: &Record,
+    question_id: &str,
+    trace: &EvaluationTrace,
+    response: &SystemOneResponse,
+    twin: Option<&(SystemOneRequest, SystemOneResponse)>,
+) -> anyhow::Result<QuestionResult> {
+    let manifest = job.manifest;
+    let question = &record.questions[question_id];
+    let keys = answer_keys(question);
+    let kind = answer_type(question);
+    let derived =
+        derive(&keys, question_trace(trace, question_id)?).context("reading its trace")?;
+    check_settings(manifest, kind, question_id, &derived)?;
+    let answer = answer_dist(
+        &keys,
+        response
+            .answers
+            .get(question_id)
+            .context("the response has no answer to it")?,
+    );
+    check_answer(question_id, &keys, &derived, &answer)?;
+    let calibrated = match &manifest.calibration {
+        Some(c) => Some(derived.calibrated(&keys, c.temperatures.get(kind))?),
+        None => None,
+    };
+    let reversed = match (kind, twin) {
+        (AnswerType::Noul, _) => derived.second.clone().map(|(raw, prior)| Reversed {
+            raw,
+            prior,
+            rotated: derived.rotated.clone(),
+        }),
+        (_, Some((request, response))) => Some(reversed_dists(
+            question,
+            &request.questions[question_id],
+            question_trace(traced(response)?, question_id)?,
+        )?),
+        (_, None) => None,
+    };
+    let label = record.labels.get(question_id).map(|l| l.answer_key());
+    let target = record.soft_target(question_id).map(|target| {
+        keys.iter()
+            .map(|k| (k.clone(), target.get(k).copied().unwrap_or(0.0)))
+            .collect()
+    });
+    Ok(QuestionResult {
+        kind,
+        label,
+        target,
+        temperature: derived.temperature,
+        rotations: derived.rotations,
+        two_stage: derived.two_stage,
+        candidate_mass: derived.candidate_mass.clone(),
+        answer,
+        raw: derived.raw,
+        prior: derived.prior,
+        rotated: derived.rotated,
+        calibrated,
+        reversed,
+        orders: if derived.rotations >= 2 {
+            derived.by_order.clone()
+        } else {
+            Vec::new()
+        },
+    })
 }
 
 fn parse_layout(given: &str) -> Result<ruling_core::Layout, String> {
