@@ -19,7 +19,8 @@ use serde::Serialize;
 use crate::figures;
 use crate::results::{ResultSet, RunManifest, write_atomic};
 use crate::summary::{
-    COVERAGE_ERROR, Column, ColumnMetrics, DatasetSummary, ECE_BINS, Scaling, summarise,
+    COVERAGE_ERROR, Column, ColumnMetrics, DatasetSummary, ECE_BINS, GroupSummary, Scaling,
+    summarise,
 };
 
 #[derive(Debug, clap::Args)]
@@ -401,6 +402,14 @@ fn render_calibration_effects(out: &mut String, datasets: &[DatasetSummary]) {
 
 fn render_dataset(out: &mut String, dataset: &DatasetSummary) {
     let _ = writeln!(out, "## {} ({})\n", dataset.dataset, dataset.split);
+    let _ = writeln!(out, "{}.\n", dataset_facts(dataset));
+    for group in &dataset.groups {
+        render_group(out, &dataset.dataset, group);
+    }
+}
+
+/// Records, refusals, latency and tokens of one dataset, as one sentence.
+fn dataset_facts(dataset: &DatasetSummary) -> String {
     let mut facts = format!("{} records ({} refused)", dataset.records, dataset.refused);
     if let Some(latency) = &dataset.latency_ms {
         let _ = write!(
@@ -419,96 +428,105 @@ fn render_dataset(out: &mut String, dataset: &DatasetSummary) {
             reversal.requests, reversal.latency_ms.p50, reversal.input_tokens_per_request
         );
     }
-    let _ = writeln!(out, "{facts}.\n");
-    for group in &dataset.groups {
-        let mut head = format!(
-            "### {}: {} questions, {} labelled",
-            group.question_type, group.questions, group.labelled
-        );
-        if group.soft_targets > 0 {
-            let _ = write!(head, ", {} with soft targets", group.soft_targets);
-        }
-        if group.two_stage > 0 {
-            let _ = write!(head, ", {} asked in two stages", group.two_stage);
-        }
-        let _ = writeln!(out, "{head}\n");
-        let score = group.question_type == AnswerType::Score;
-        let soft = group.soft_targets > 0;
-        let mut header = vec![
-            "column",
-            "accuracy",
-            "macro-F1",
-            "ECE",
-            "Brier",
-            "log loss",
-            "coverage@5%",
-            "flip rate",
-        ];
-        if score {
-            header.push("MAE (levels)");
-        }
-        if soft {
-            header.push("KL (nats)");
-        }
-        let _ = writeln!(out, "| {} |", header.join(" | "));
-        let _ = writeln!(out, "|---|{}", "---:|".repeat(header.len() - 1));
-        for column in &group.columns {
-            let _ = writeln!(out, "{}", row(column, group.temperature, score, soft));
-        }
-        let missing: Vec<&str> = Column::SIDE_BY_SIDE
-            .iter()
-            .filter(|c| !group.columns.iter().any(|m| m.column == **c))
-            .map(|c| c.name())
-            .collect();
-        let mut notes = Vec::new();
-        if !missing.is_empty() {
-            notes.push(format!(
-                "not available: {} (prior-corrected needs a run with --prior; calibrated needs \
-                 temperatures)",
-                missing.join(", ")
-            ));
-        }
-        match group.columns.first().map(|c| c.flip_items) {
-            Some(0) | None => notes.push(
-                "no flip rate: no question has a reversed reading (a run without reversal \
-                 requests)"
-                    .to_owned(),
-            ),
-            Some(n) => notes.push(format!("flip rate over {n} questions")),
-        }
-        if let Some(e) = &group.calibration_effect {
-            notes.push(format!(
-                "calibration moved the ECE from {:.3} (raw) to {:.3}: {}",
-                e.raw_ece,
-                e.calibrated_ece,
-                interval_text(&e.versus_raw)
-            ));
-        }
-        let ruled_out: Vec<String> = group
-            .columns
-            .iter()
-            .filter(|c| c.ruled_out > 0)
-            .map(|c| format!("{} {}", c.column.name(), c.ruled_out))
-            .collect();
-        if !ruled_out.is_empty() {
-            notes.push(format!(
-                "questions whose label got probability 0 (log loss inf): {}",
-                ruled_out.join(", ")
-            ));
-        }
-        if let Some(mass) = group.candidate_mass {
-            notes.push(format!("mean candidate mass {mass:.3}"));
-        }
-        let _ = writeln!(out, "\n{}.\n", notes.join("; "));
-        let stem = figure_stem(&dataset.dataset, group.question_type);
-        if group.columns.iter().any(|c| c.reliability.is_some()) {
-            let _ = writeln!(
-                out,
-                "![reliability diagram](figures/{stem}-reliability.svg) \
-                 ![confidence histogram](figures/{stem}-confidence.svg)\n"
-            );
-        }
+    facts
+}
+
+/// One question type of a dataset: its heading, the table of columns, the notes and the
+/// figures.
+fn render_group(out: &mut String, dataset: &str, group: &GroupSummary) {
+    let mut head = format!(
+        "### {}: {} questions, {} labelled",
+        group.question_type, group.questions, group.labelled
+    );
+    if group.soft_targets > 0 {
+        let _ = write!(head, ", {} with soft targets", group.soft_targets);
     }
+    if group.two_stage > 0 {
+        let _ = write!(head, ", {} asked in two stages", group.two_stage);
+    }
+    let _ = writeln!(out, "{head}\n");
+    let score = group.question_type == AnswerType::Score;
+    let soft = group.soft_targets > 0;
+    let mut header = vec![
+        "column",
+        "accuracy",
+        "macro-F1",
+        "ECE",
+        "Brier",
+        "log loss",
+        "coverage@5%",
+        "flip rate",
+    ];
+    if score {
+        header.push("MAE (levels)");
+    }
+    if soft {
+        header.push("KL (nats)");
+    }
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---:|".repeat(header.len() - 1));
+    for column in &group.columns {
+        let _ = writeln!(out, "{}", row(column, group.temperature, score, soft));
+    }
+    let _ = writeln!(out, "\n{}.\n", group_notes(group).join("; "));
+    let stem = figure_stem(dataset, group.question_type);
+    if group.columns.iter().any(|c| c.reliability.is_some()) {
+        let _ = writeln!(
+            out,
+            "![reliability diagram](figures/{stem}-reliability.svg) \
+             ![confidence histogram](figures/{stem}-confidence.svg)\n"
+        );
+    }
+}
+
+/// What the table of a group does not say: missing columns, the flip rate's base, what
+/// calibration did, labels ruled out, the candidate mass.
+fn group_notes(group: &GroupSummary) -> Vec<String> {
+    let missing: Vec<&str> = Column::SIDE_BY_SIDE
+        .iter()
+        .filter(|c| !group.columns.iter().any(|m| m.column == **c))
+        .map(|c| c.name())
+        .collect();
+    let mut notes = Vec::new();
+    if !missing.is_empty() {
+        notes.push(format!(
+            "not available: {} (prior-corrected needs a run with --prior; calibrated needs \
+             temperatures)",
+            missing.join(", ")
+        ));
+    }
+    match group.columns.first().map(|c| c.flip_items) {
+        Some(0) | None => notes.push(
+            "no flip rate: no question has a reversed reading (a run without reversal \
+             requests)"
+                .to_owned(),
+        ),
+        Some(n) => notes.push(format!("flip rate over {n} questions")),
+    }
+    if let Some(e) = &group.calibration_effect {
+        notes.push(format!(
+            "calibration moved the ECE from {:.3} (raw) to {:.3}: {}",
+            e.raw_ece,
+            e.calibrated_ece,
+            interval_text(&e.versus_raw)
+        ));
+    }
+    let ruled_out: Vec<String> = group
+        .columns
+        .iter()
+        .filter(|c| c.ruled_out > 0)
+        .map(|c| format!("{} {}", c.column.name(), c.ruled_out))
+        .collect();
+    if !ruled_out.is_empty() {
+        notes.push(format!(
+            "questions whose label got probability 0 (log loss inf): {}",
+            ruled_out.join(", ")
+        ));
+    }
+    if let Some(mass) = group.candidate_mass {
+        notes.push(format!("mean candidate mass {mass:.3}"));
+    }
+    notes
 }
 
 fn row(column: &ColumnMetrics, temperature: Option<f64>, score: bool, soft: bool) -> String {
