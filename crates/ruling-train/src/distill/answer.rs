@@ -136,19 +136,7 @@ pub fn run(args: &AnswerArgs) -> anyhow::Result<()> {
         args.rotations,
         if args.prior { "on" } else { "off" }
     );
-    let teacher = Ruling::load(
-        &args.teacher,
-        &Options {
-            backend: args.backend,
-            rotations: Some(args.rotations),
-            prior: Some(args.prior),
-            profile: false,
-            calibration: calibration.clone(),
-            cache_dir: args.cache.clone(),
-            ..Options::default()
-        },
-    )
-    .with_context(|| format!("loading the teacher {}", args.teacher))?;
+    let teacher = load_teacher(args, calibration)?;
     let model = teacher.info().model.clone();
 
     let mut answers_out = Appender::open(&answered_path)?;
@@ -161,30 +149,10 @@ pub fn run(args: &AnswerArgs) -> anyhow::Result<()> {
         if count >= stop_at {
             break;
         }
-        match teacher.evaluate(&record.to_request(&model)) {
-            Ok(response) => {
-                let mut answered = record.clone();
-                for (id, answer) in &response.answers {
-                    answered
-                        .references
-                        .insert(id.clone(), Reference::target(target_of(answer)?));
-                }
-                answers_out.append(&answered)?;
-                tokens += response.usage.input_tokens;
-                questions += record.questions.len();
-            }
-            Err(CoreError::Engine(EngineError::InputTooLong { message, .. })) => {
-                skips_out.append(&Skipped {
-                    key: key.clone(),
-                    id: record.id.clone(),
-                    reason: message,
-                })?;
-            }
-            Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("the teacher failed on record {}", record.display_id())
-                });
-            }
+        if let Some((answered, read)) = answer(&teacher, &model, key, record, &mut skips_out)? {
+            answers_out.append(&answered)?;
+            questions += record.questions.len();
+            tokens += read;
         }
         count += 1;
         bar.set_position(count as u64);
@@ -207,6 +175,57 @@ pub fn run(args: &AnswerArgs) -> anyhow::Result<()> {
         started.elapsed()
     );
     super::stats::print(&args.dir)
+}
+
+/// The teacher engine: the decoder with the rotations, prior and calibration asked for.
+fn load_teacher(args: &AnswerArgs, calibration: Option<PathBuf>) -> anyhow::Result<Ruling> {
+    Ruling::load(
+        &args.teacher,
+        &Options {
+            backend: args.backend,
+            rotations: Some(args.rotations),
+            prior: Some(args.prior),
+            profile: false,
+            calibration,
+            cache_dir: args.cache.clone(),
+            ..Options::default()
+        },
+    )
+    .with_context(|| format!("loading the teacher {}", args.teacher))
+}
+
+/// One record through the teacher: the record with each question's distribution as its
+/// target, and the input tokens read; `None` when it is too long for the teacher, journalled
+/// in `skips` with the engine's message.
+fn answer(
+    teacher: &Ruling,
+    model: &str,
+    key: &str,
+    record: &Record,
+    skips: &mut Appender,
+) -> anyhow::Result<Option<(Record, u64)>> {
+    match teacher.evaluate(&record.to_request(model)) {
+        Ok(response) => {
+            let mut answered = record.clone();
+            for (id, answer) in &response.answers {
+                answered
+                    .references
+                    .insert(id.clone(), Reference::target(target_of(answer)?));
+            }
+            Ok(Some((answered, response.usage.input_tokens)))
+        }
+        Err(CoreError::Engine(EngineError::InputTooLong { message, .. })) => {
+            skips.append(&Skipped {
+                key: key.to_owned(),
+                id: record.id.clone(),
+                reason: message,
+            })?;
+            Ok(None)
+        }
+        Err(e) => {
+            Err(e).with_context(|| format!("the teacher failed on record {}", record.display_id()))
+        }
+    }
 }
 
 /// What the writer kept, keyed by content and once per content: a state written twice with
