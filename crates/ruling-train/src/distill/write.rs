@@ -297,16 +297,7 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<()> {
         args.writer,
         args.backend.as_str()
     );
-    let writer = Writer::load(
-        &args.writer,
-        &Options {
-            backend: args.backend,
-            cache_dir: args.cache.clone(),
-            max_context: Some(writer_context(args.batch, args.max_tokens)),
-            ..Options::default()
-        },
-    )
-    .with_context(|| format!("loading the writer {}", args.writer))?;
+    let writer = load_writer(args)?;
     let caps = Capabilities::default();
     let mut out = Appender::open(&journal_path)?;
     let bar = crate::state::bar(candidates.len() as u64, done.len() as u64, "states");
@@ -320,27 +311,8 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<()> {
         if batch.iter().all(|c| done.contains(&c.key)) {
             continue;
         }
-        let conversations: Vec<_> = batch
-            .iter()
-            .map(|c| writer_prompt(&c.state, args.questions))
-            .collect();
-        let sampling = Sampling {
-            temperature: args.temperature,
-            top_p: args.top_p,
-            seed: batch_seed(args.seed, index),
-            max_tokens: args.max_tokens,
-        };
-        let written = writer
-            .write(&conversations, &sampling)
-            .with_context(|| format!("writing batch {index}"))?;
-        let mut lines = Vec::new();
-        for (candidate, reply) in batch.iter().zip(written) {
-            tokens_now += reply.tokens.len();
-            if done.contains(&candidate.key) {
-                continue;
-            }
-            lines.push(WrittenState::new(candidate, index, reply, &caps));
-        }
+        let (lines, tokens) = write_batch(&writer, args, index, batch, &done, &caps)?;
+        tokens_now += tokens;
         out.append_all(&lines)?;
         for line in &lines {
             done.insert(line.key.clone());
@@ -370,6 +342,55 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<()> {
         started.elapsed()
     );
     super::stats::print(&args.dir)
+}
+
+/// The writer: a decoder with room for a whole batch of prompts and their replies.
+fn load_writer(args: &WriteArgs) -> anyhow::Result<Writer> {
+    Writer::load(
+        &args.writer,
+        &Options {
+            backend: args.backend,
+            cache_dir: args.cache.clone(),
+            max_context: Some(writer_context(args.batch, args.max_tokens)),
+            ..Options::default()
+        },
+    )
+    .with_context(|| format!("loading the writer {}", args.writer))
+}
+
+/// Batch `index` written whole with its own seed (so a batch cut short is written again with
+/// the same draws); returns the journal lines of its states not yet `done`, and the tokens
+/// written for the whole batch.
+fn write_batch(
+    writer: &Writer,
+    args: &WriteArgs,
+    index: usize,
+    batch: &[Candidate],
+    done: &HashSet<String>,
+    caps: &Capabilities,
+) -> anyhow::Result<(Vec<WrittenState>, usize)> {
+    let conversations: Vec<_> = batch
+        .iter()
+        .map(|c| writer_prompt(&c.state, args.questions))
+        .collect();
+    let sampling = Sampling {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        seed: batch_seed(args.seed, index),
+        max_tokens: args.max_tokens,
+    };
+    let written = writer
+        .write(&conversations, &sampling)
+        .with_context(|| format!("writing batch {index}"))?;
+    let mut tokens = 0;
+    let mut lines = Vec::new();
+    for (candidate, reply) in batch.iter().zip(written) {
+        tokens += reply.tokens.len();
+        if !done.contains(&candidate.key) {
+            lines.push(WrittenState::new(candidate, index, reply, caps));
+        }
+    }
+    Ok((lines, tokens))
 }
 
 /// Running counts for the progress line.
