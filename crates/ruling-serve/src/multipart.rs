@@ -97,6 +97,46 @@ pub(crate) fn assemble(form: Form, caps: &Capabilities) -> Result<ValidRequest, 
         return ruling_schema::parse_request(&original, caps);
     };
     let mut errors = Vec::new();
+    let claimed = inline_parts(&mut value, &form.parts, &mut errors);
+    unclaimed_parts(&form.parts, &claimed, &mut errors);
+    if claimed.is_empty() && errors.is_empty() {
+        return ruling_schema::parse_request(&original, caps);
+    }
+    // Re-serialising loses repeated keys, which only the original bytes can show.
+    if let Err(found) = ruling_schema::parse_request(&original, caps) {
+        errors.extend(
+            found
+                .into_details()
+                .into_iter()
+                .filter(|d| d.kind == "value_error" && d.msg.contains("duplicate key")),
+        );
+    }
+    let rewritten = serde_json::to_vec(&value).map_err(|error| {
+        ValidationErrors::new(vec![ErrorDetail::new(
+            vec![body()],
+            "value_error",
+            format!("Value error, the request could not be re-encoded: {error}"),
+        )])
+    })?;
+    match ruling_schema::parse_request(&rewritten, caps) {
+        Ok(valid) if errors.is_empty() => Ok(valid),
+        Ok(_) => Err(ValidationErrors::new(errors)),
+        Err(found) => {
+            errors.extend(found);
+            Err(ValidationErrors::new(errors))
+        }
+    }
+}
+
+/// Moves each asset's named part into it as `data_base64` (with its `type`, and its `format`
+/// from the bytes when the asset gives none); returns which part each asset claimed, part name
+/// to placeholder. A part not sent, or claimed twice, is an error in `errors`.
+fn inline_parts(
+    value: &mut Value,
+    parts: &IndexMap<String, Part>,
+    errors: &mut Vec<ErrorDetail>,
+) -> IndexMap<String, String> {
+    let body = || LocItem::from("body");
     let mut claimed: IndexMap<String, String> = IndexMap::new();
     if let Some(Value::Object(assets)) = value.get_mut("assets") {
         for (placeholder, asset) in assets.iter_mut() {
@@ -113,8 +153,8 @@ pub(crate) fn assemble(form: Form, caps: &Capabilities) -> Result<ValidRequest, 
                 LocItem::from("image"),
                 LocItem::from("part"),
             ];
-            let Some(part) = form.parts.get(&name) else {
-                let sent: Vec<&String> = form.parts.keys().collect();
+            let Some(part) = parts.get(&name) else {
+                let sent: Vec<&String> = parts.keys().collect();
                 errors.push(
                     ErrorDetail::new(
                         loc,
@@ -156,10 +196,19 @@ pub(crate) fn assemble(form: Form, caps: &Capabilities) -> Result<ValidRequest, 
             }
         }
     }
-    for name in form.parts.keys().filter(|n| !claimed.contains_key(*n)) {
+    claimed
+}
+
+/// Every part sent that no asset claimed is an error in `errors`.
+fn unclaimed_parts(
+    parts: &IndexMap<String, Part>,
+    claimed: &IndexMap<String, String>,
+    errors: &mut Vec<ErrorDetail>,
+) {
+    for name in parts.keys().filter(|n| !claimed.contains_key(*n)) {
         errors.push(
             ErrorDetail::new(
-                vec![body(), LocItem::from("assets")],
+                vec![LocItem::from("body"), LocItem::from("assets")],
                 "value_error",
                 format!(
                     "Value error, the multipart part {name:?} is claimed by no asset; name it in \
@@ -168,33 +217,6 @@ pub(crate) fn assemble(form: Form, caps: &Capabilities) -> Result<ValidRequest, 
             )
             .with_ctx(json!({"part": name})),
         );
-    }
-    if claimed.is_empty() && errors.is_empty() {
-        return ruling_schema::parse_request(&original, caps);
-    }
-    // Re-serialising loses repeated keys, which only the original bytes can show.
-    if let Err(found) = ruling_schema::parse_request(&original, caps) {
-        errors.extend(
-            found
-                .into_details()
-                .into_iter()
-                .filter(|d| d.kind == "value_error" && d.msg.contains("duplicate key")),
-        );
-    }
-    let rewritten = serde_json::to_vec(&value).map_err(|error| {
-        ValidationErrors::new(vec![ErrorDetail::new(
-            vec![body()],
-            "value_error",
-            format!("Value error, the request could not be re-encoded: {error}"),
-        )])
-    })?;
-    match ruling_schema::parse_request(&rewritten, caps) {
-        Ok(valid) if errors.is_empty() => Ok(valid),
-        Ok(_) => Err(ValidationErrors::new(errors)),
-        Err(found) => {
-            errors.extend(found);
-            Err(ValidationErrors::new(errors))
-        }
     }
 }
 
