@@ -131,6 +131,23 @@ pub fn best_weights(output: &Path) -> PathBuf {
     output.join(RUN_DIR).join("best.safetensors")
 }
 
+/// The names of the listed fields that differ between two configs, for
+/// [`RunConfig::differences`]. Floats are compared exactly: a resumed run continues only with
+/// the very settings it started with.
+macro_rules! differing_fields {
+    ($a:expr, $b:expr, $($field:ident),+ $(,)?) => {{
+        let mut out = Vec::new();
+        $(
+            #[allow(clippy::float_cmp)]
+            if $a.$field != $b.$field {
+                out.push(stringify!($field));
+            }
+        )+
+        out
+    }};
+}
+pub(crate) use differing_fields;
+
 /// A trainer's settings: a resumed run must match them in every field but the step count.
 pub trait RunConfig: serde::de::DeserializeOwned {
     /// The fields `other` sets differently, the step count aside.

@@ -137,17 +137,10 @@ pub struct TrainConfig {
 }
 
 impl state::RunConfig for TrainConfig {
-    /// Exact comparison, floats included: a resumed run continues only with the very settings
-    /// it started with.
-    #[allow(clippy::float_cmp)]
     fn differences(&self, other: &TrainConfig) -> Vec<&'static str> {
-        let mut out = Vec::new();
-        macro_rules! compare {
-            ($($field:ident),*) => {
-                $(if self.$field != other.$field { out.push(stringify!($field)); })*
-            };
-        }
-        compare!(
+        state::differing_fields!(
+            self,
+            other,
             base,
             base_weights_sha256,
             name,
@@ -170,8 +163,7 @@ impl state::RunConfig for TrainConfig {
             seed,
             dtype,
             train_embeddings
-        );
-        out
+        )
     }
 }
 

@@ -172,16 +172,10 @@ pub struct TrainConfig {
 }
 
 impl state::RunConfig for TrainConfig {
-    /// Exact comparison, floats too.
-    #[allow(clippy::float_cmp)]
     fn differences(&self, other: &TrainConfig) -> Vec<&'static str> {
-        let mut out = Vec::new();
-        macro_rules! compare {
-            ($($field:ident),*) => {
-                $(if self.$field != other.$field { out.push(stringify!($field)); })*
-            };
-        }
-        compare!(
+        state::differing_fields!(
+            self,
+            other,
             base,
             base_model_id,
             base_revision,
@@ -207,8 +201,7 @@ impl state::RunConfig for TrainConfig {
             eval_every,
             seed,
             dtype
-        );
-        out
+        )
     }
 }
 
