@@ -154,10 +154,10 @@ pub fn runs_bootstrap<T: Copy>(
     options: &BootstrapOptions,
     mut statistic: impl FnMut(&[T]) -> Result<f64, MetricError>,
 ) -> Result<BootstrapInterval, MetricError> {
-    let (Some(first_a), Some(first_b)) = (a.first(), b.first()) else {
+    let (Some(first), false) = (a.first(), b.is_empty()) else {
         return Err(MetricError::Empty);
     };
-    let n = first_a.len();
+    let n = first.len();
     for run in a.iter().chain(b) {
         if run.len() != n {
             return Err(MetricError::LengthMismatch {
@@ -168,7 +168,7 @@ pub fn runs_bootstrap<T: Copy>(
             });
         }
     }
-    if n == 0 || first_b.is_empty() {
+    if n == 0 {
         return Err(MetricError::Empty);
     }
     options.check()?;
