@@ -546,47 +546,7 @@ impl<'c> Validator<'c> {
             );
             return None;
         };
-        let expected_tags = QUESTION_TYPES.map(|t| format!("'{t}'")).join(", ");
-        let tag = match object.get("type") {
-            None => {
-                self.push(
-                    ErrorDetail::new(
-                        qloc,
-                        "union_tag_not_found",
-                        format!(
-                            "Unable to extract tag using discriminator 'type': question {id:?} \
-                             needs a \"type\", one of {expected_tags}"
-                        ),
-                    )
-                    .with_input(value.clone())
-                    .with_ctx(json!({"discriminator": "'type'"})),
-                );
-                return None;
-            }
-            Some(Value::String(t)) if QUESTION_TYPES.contains(&t.as_str()) => t.as_str(),
-            Some(other) => {
-                let tag = other
-                    .as_str()
-                    .map_or_else(|| other.to_string(), str::to_owned);
-                self.push(
-                    ErrorDetail::new(
-                        qloc,
-                        "union_tag_invalid",
-                        format!(
-                            "Input tag '{tag}' found using 'type' does not match any of the \
-                             expected tags: {expected_tags}"
-                        ),
-                    )
-                    .with_input(value.clone())
-                    .with_ctx(json!({
-                        "discriminator": "'type'",
-                        "tag": tag,
-                        "expected_tags": expected_tags,
-                    })),
-                );
-                return None;
-            }
-        };
+        let tag = self.question_tag(&qloc, id, value)?;
         let tloc = at(&qloc, tag);
         let allowed: &[&str] = if tag == "box" {
             &["type", "instructions"]
@@ -609,11 +569,82 @@ impl<'c> Validator<'c> {
             Some(v) => self.text(v, at(&tloc, "instructions"), "instructions"),
         };
 
-        let criteria_loc = at(&tloc, "criteria");
-        let criteria = object.get("criteria");
-        let kind = match tag {
+        let kind = self.question_kind(
+            tag,
+            instructions,
+            object.get("criteria"),
+            &at(&tloc, "criteria"),
+        );
+        let kind = kind.filter(|_| ok && self.errors.len() == before)?;
+        Some(ValidQuestion {
+            id: id.to_owned(),
+            kind,
+        })
+    }
+
+    /// The question's `type`, when it is one of the question types; otherwise the error that
+    /// names the allowed ones.
+    fn question_tag<'v>(
+        &mut self,
+        qloc: &[LocItem],
+        id: &str,
+        value: &'v Value,
+    ) -> Option<&'v str> {
+        let expected_tags = QUESTION_TYPES.map(|t| format!("'{t}'")).join(", ");
+        match value.get("type") {
+            None => {
+                self.push(
+                    ErrorDetail::new(
+                        qloc.to_vec(),
+                        "union_tag_not_found",
+                        format!(
+                            "Unable to extract tag using discriminator 'type': question {id:?} \
+                             needs a \"type\", one of {expected_tags}"
+                        ),
+                    )
+                    .with_input(value.clone())
+                    .with_ctx(json!({"discriminator": "'type'"})),
+                );
+                None
+            }
+            Some(Value::String(t)) if QUESTION_TYPES.contains(&t.as_str()) => Some(t.as_str()),
+            Some(other) => {
+                let tag = other
+                    .as_str()
+                    .map_or_else(|| other.to_string(), str::to_owned);
+                self.push(
+                    ErrorDetail::new(
+                        qloc.to_vec(),
+                        "union_tag_invalid",
+                        format!(
+                            "Input tag '{tag}' found using 'type' does not match any of the \
+                             expected tags: {expected_tags}"
+                        ),
+                    )
+                    .with_input(value.clone())
+                    .with_ctx(json!({
+                        "discriminator": "'type'",
+                        "tag": tag,
+                        "expected_tags": expected_tags,
+                    })),
+                );
+                None
+            }
+        }
+    }
+
+    /// The question of type `tag`, its criteria checked; `None` when they or its instructions
+    /// were wrong (the errors are already pushed).
+    fn question_kind(
+        &mut self,
+        tag: &str,
+        instructions: Option<Text>,
+        criteria: Option<&Value>,
+        criteria_loc: &[LocItem],
+    ) -> Option<QuestionKind> {
+        match tag {
             "noul" => {
-                let (if_true, if_false) = self.noul_criteria(criteria, &criteria_loc);
+                let (if_true, if_false) = self.noul_criteria(criteria, criteria_loc);
                 instructions.map(|instructions| QuestionKind::Noul {
                     instructions,
                     if_true,
@@ -621,7 +652,7 @@ impl<'c> Validator<'c> {
                 })
             }
             "choice" => {
-                let options = self.choice_criteria(criteria, &criteria_loc);
+                let options = self.choice_criteria(criteria, criteria_loc);
                 instructions
                     .zip(options)
                     .map(|(instructions, options)| QuestionKind::Choice {
@@ -630,7 +661,7 @@ impl<'c> Validator<'c> {
                     })
             }
             "score" => {
-                let levels = self.score_criteria(criteria, &criteria_loc);
+                let levels = self.score_criteria(criteria, criteria_loc);
                 instructions
                     .zip(levels)
                     .map(|(instructions, levels)| QuestionKind::Score {
@@ -639,12 +670,7 @@ impl<'c> Validator<'c> {
                     })
             }
             _ => instructions.map(|instructions| QuestionKind::Box { instructions }),
-        };
-        let kind = kind.filter(|_| ok && self.errors.len() == before)?;
-        Some(ValidQuestion {
-            id: id.to_owned(),
-            kind,
-        })
+        }
     }
 
     fn text(&mut self, value: &Value, loc: Vec<LocItem>, field: &str) -> Option<Text> {
