@@ -440,18 +440,7 @@ fn measure<B: Backend + Generator + 'static>(
         };
         let body = request(&state, questions)?;
         let valid = ruling_schema::parse_request(&body, &engine.info().capabilities)?;
-        let mut times = Vec::new();
-        let mut recorded = Work::default();
-        // Short requests are repeated and the median taken; long ones run once.
-        while times.len() < 3 && times.iter().sum::<f64>() < 20.0 {
-            if let Ok(mut l) = log.lock() {
-                *l = Work::default();
-            }
-            let started = Instant::now();
-            engine.evaluate(&valid)?;
-            times.push(seconds(started));
-            recorded = log.lock().map(|l| l.clone()).unwrap_or_default();
-        }
+        let (seconds, recorded) = time_request(engine, &log, &valid)?;
         let row = RequestRow {
             questions,
             every_rotation,
@@ -460,7 +449,7 @@ fn measure<B: Backend + Generator + 'static>(
             branches: recorded.branches.len(),
             branch_tokens: recorded.branches.iter().map(Vec::len).sum::<usize>()
                 + recorded.stem_tokens,
-            seconds: median(&mut times),
+            seconds,
         };
         eprintln!(
             "bench: {model} {name}: {questions} questions, rotations {}: {:.2} s ({} branches, {} tokens)",
@@ -473,6 +462,51 @@ fn measure<B: Backend + Generator + 'static>(
         requests.push(row);
     }
 
+    let writing = write_rows(backend.as_ref(), model, name, args.write_tokens)?;
+    Ok((
+        Run {
+            model: model.to_owned(),
+            backend: name.to_owned(),
+            load_s,
+            prefill_tokens: prefix.len(),
+            prefill_tokens_per_s: prefix.len() as f64 / prefill_s,
+            requests,
+            writing,
+            peak_rss_mib: 0.0,
+            plain: None,
+        },
+        work,
+    ))
+}
+
+/// One request through `engine`: repeated while short (at most three times, 20 s in all) and
+/// the median taken; the work of the last run, as the recorder saw it.
+fn time_request<B: Backend>(
+    engine: &DecoderEngine<Recorder<B>>,
+    log: &Mutex<Work>,
+    valid: &ruling_schema::ValidRequest,
+) -> anyhow::Result<(f64, Work)> {
+    let mut times = Vec::new();
+    let mut recorded = Work::default();
+    while times.len() < 3 && times.iter().sum::<f64>() < 20.0 {
+        if let Ok(mut l) = log.lock() {
+            *l = Work::default();
+        }
+        let started = Instant::now();
+        engine.evaluate(valid)?;
+        times.push(seconds(started));
+        recorded = log.lock().map(|l| l.clone()).unwrap_or_default();
+    }
+    Ok((median(&mut times), recorded))
+}
+
+/// Text generation: one prompt, then eight in one batch.
+fn write_rows<B: Backend + Generator>(
+    backend: &B,
+    model: &str,
+    name: &str,
+    write_tokens: usize,
+) -> anyhow::Result<Vec<WriteRow>> {
     let prompts: Vec<Vec<u32>> = PROMPTS
         .iter()
         .map(|p| {
@@ -484,7 +518,7 @@ fn measure<B: Backend + Generator + 'static>(
     for count in [1, 8] {
         let views: Vec<&[u32]> = prompts[..count].iter().map(Vec::as_slice).collect();
         let sampling = Sampling {
-            max_tokens: args.write_tokens,
+            max_tokens: write_tokens,
             ..Sampling::default()
         };
         let started = Instant::now();
@@ -500,20 +534,7 @@ fn measure<B: Backend + Generator + 'static>(
         );
         writing.push(row);
     }
-    Ok((
-        Run {
-            model: model.to_owned(),
-            backend: name.to_owned(),
-            load_s,
-            prefill_tokens: prefix.len(),
-            prefill_tokens_per_s: prefix.len() as f64 / prefill_s,
-            requests,
-            writing,
-            peak_rss_mib: 0.0,
-            plain: None,
-        },
-        work,
-    ))
+    Ok(writing)
 }
 
 fn median(times: &mut [f64]) -> f64 {
