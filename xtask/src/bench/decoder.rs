@@ -157,35 +157,17 @@ fn single(model: &str, dtype: WeightDtype, args: &DecoderBenchArgs) -> anyhow::R
         .with_context(|| format!("loading {}", path.display()))?;
     let load_s = seconds(started);
 
-    // A state of exactly `state_tokens` tokens, decoded back to text.
-    let mut text = String::new();
-    while backend.encode(&text)?.len() < args.state_tokens {
-        text.push_str(STATE_TEXT);
-    }
-    let ids = backend.encode(&text)?;
-    let state = backend.tokenizer().decode(&ids[..args.state_tokens])?;
-    let split = split_prompt(
-        &backend,
-        ruling_backend::render::SYSTEM_PROMPT,
-        &user_head(&state),
-    )?;
-    let prefix = backend.encode(&split.prefix)?;
-    let codes: Vec<u32> = ["A", "B", "C", "D"]
-        .iter()
-        .map(|c| backend.encode(c).map(|t| t[0]))
-        .collect::<Result<_, _>>()?;
-
     let counts: Vec<usize> = args
         .questions
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
     let most = counts.iter().copied().max().unwrap_or(1);
-    let all_branches: Vec<Vec<u32>> = (0..most)
-        .map(|i| backend.encode(&format!("{}{}", QUESTIONS[i % QUESTIONS.len()], split.tail)))
-        .collect::<Result<_, _>>()?;
-    let branches_for =
-        |n: usize| -> anyhow::Result<Vec<Vec<u32>>> { Ok(all_branches[..n].to_vec()) };
+    let Workload {
+        prefix,
+        codes,
+        branches: all_branches,
+    } = workload(&backend, args.state_tokens, most)?;
 
     let started = Instant::now();
     let cache = backend.encode_prefix(&prefix)?;
@@ -197,14 +179,8 @@ fn single(model: &str, dtype: WeightDtype, args: &DecoderBenchArgs) -> anyhow::R
     let mut rows = Vec::new();
     let mut per_naive = 0.0;
     for &n in &counts {
-        let branches = branches_for(n)?;
-        let port: Vec<ruling_backend::Branch<'_>> = branches
-            .iter()
-            .map(|t| ruling_backend::Branch {
-                tokens: t,
-                codes: &codes,
-            })
-            .collect();
+        let branches = &all_branches[..n];
+        let port = branch_views(branches, &codes);
         let started = Instant::now();
         let cache = backend.encode_prefix(&prefix)?;
         backend.score_branches(&cache, &port)?;
@@ -243,17 +219,78 @@ fn single(model: &str, dtype: WeightDtype, args: &DecoderBenchArgs) -> anyhow::R
         });
     }
 
+    let layouts = layout_rows(&mut backend, &prefix, &all_branches, &codes, &counts)?;
+
+    let hidden = backend.decoder().config().hidden_size;
+    Ok(Run {
+        model: model.to_owned(),
+        dtype: format!("{dtype:?}").to_lowercase(),
+        load_s,
+        state_tokens: prefix.len(),
+        prefill_tokens_per_s: prefix.len() as f64 / prefill_s,
+        rows,
+        layouts,
+        plain_f32_gflops: plain_matmul_gflops(512, hidden)?,
+        achieved_gflops: flops / busy / 1e9,
+        peak_rss_mib: peak_rss_mib(),
+    })
+}
+
+/// What every row scores: the prefix of a state of exactly `state_tokens` tokens, the four
+/// answer codes, and `most` question branches.
+struct Workload {
+    prefix: Vec<u32>,
+    codes: Vec<u32>,
+    branches: Vec<Vec<u32>>,
+}
+
+fn workload(backend: &CandleBackend, state_tokens: usize, most: usize) -> anyhow::Result<Workload> {
+    // The state is decoded back to text, so the prompt renders it as a user would send it.
+    let mut text = String::new();
+    while backend.encode(&text)?.len() < state_tokens {
+        text.push_str(STATE_TEXT);
+    }
+    let ids = backend.encode(&text)?;
+    let state = backend.tokenizer().decode(&ids[..state_tokens])?;
+    let split = split_prompt(
+        backend,
+        ruling_backend::render::SYSTEM_PROMPT,
+        &user_head(&state),
+    )?;
+    let prefix = backend.encode(&split.prefix)?;
+    let codes = ["A", "B", "C", "D"]
+        .iter()
+        .map(|c| backend.encode(c).map(|t| t[0]))
+        .collect::<Result<_, _>>()?;
+    let branches = (0..most)
+        .map(|i| backend.encode(&format!("{}{}", QUESTIONS[i % QUESTIONS.len()], split.tail)))
+        .collect::<Result<_, _>>()?;
+    Ok(Workload {
+        prefix,
+        codes,
+        branches,
+    })
+}
+
+fn branch_views<'a>(branches: &'a [Vec<u32>], codes: &'a [u32]) -> Vec<ruling_backend::Branch<'a>> {
+    branches
+        .iter()
+        .map(|tokens| ruling_backend::Branch { tokens, codes })
+        .collect()
+}
+
+/// The two branch layouts side by side, on every count of at least 16 questions.
+fn layout_rows(
+    backend: &mut CandleBackend,
+    prefix: &[u32],
+    all_branches: &[Vec<u32>],
+    codes: &[u32],
+    counts: &[usize],
+) -> anyhow::Result<Vec<LayoutRow>> {
     let mut layouts = Vec::new();
     for &n in counts.iter().filter(|&&n| n >= 16) {
-        let branches = branches_for(n)?;
-        let port: Vec<ruling_backend::Branch<'_>> = branches
-            .iter()
-            .map(|t| ruling_backend::Branch {
-                tokens: t,
-                codes: &codes,
-            })
-            .collect();
-        let cache = backend.encode_prefix(&prefix)?;
+        let port = branch_views(&all_branches[..n], codes);
+        let cache = backend.encode_prefix(prefix)?;
         let mut time = |layout| -> anyhow::Result<f64> {
             backend.set_layout(layout);
             let started = Instant::now();
@@ -269,20 +306,7 @@ fn single(model: &str, dtype: WeightDtype, args: &DecoderBenchArgs) -> anyhow::R
             packed_s,
         });
     }
-
-    let hidden = backend.decoder().config().hidden_size;
-    Ok(Run {
-        model: model.to_owned(),
-        dtype: format!("{dtype:?}").to_lowercase(),
-        load_s,
-        state_tokens: prefix.len(),
-        prefill_tokens_per_s: prefix.len() as f64 / prefill_s,
-        rows,
-        layouts,
-        plain_f32_gflops: plain_matmul_gflops(512, hidden)?,
-        achieved_gflops: flops / busy / 1e9,
-        peak_rss_mib: peak_rss_mib(),
-    })
+    Ok(layouts)
 }
 
 /// Multiply-adds of the projections and attention for `tokens` new tokens after `past`.
