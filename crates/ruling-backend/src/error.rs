@@ -28,7 +28,8 @@ pub enum BackendError {
     },
     /// A prefix plus a branch does not fit the model's context window.
     #[error(
-        "branch {branch} needs {needed} tokens with its prefix, over the maximum context length of {limit}"
+        "branch {branch} needs {needed} tokens with its prefix, over the {} of {limit}",
+        ruling_schema::capacity::CONTEXT
     )]
     ContextExceeded {
         branch: usize,

@@ -9,6 +9,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use ruling_schema::capacity::CONTEXT;
 
 use crate::error::BackendError;
 
@@ -117,7 +118,7 @@ pub fn check_prompts(
         }
         if prompt.len() >= context_length {
             return wrong(format!(
-                "{} tokens leave no room to write in the maximum context length of {context_length}",
+                "{} tokens leave no room to write in the {CONTEXT} of {context_length}",
                 prompt.len()
             ));
         }

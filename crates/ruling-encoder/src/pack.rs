@@ -157,11 +157,13 @@ pub struct Limits {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PackError {
     #[error(
-        "the state is {tokens} tokens with its [CLS] and [SEP], over the maximum context length of {limit} positions"
+        "the state is {tokens} tokens with its [CLS] and [SEP], over the {} of {limit} positions",
+        ruling_schema::capacity::CONTEXT
     )]
     StateTooLong { tokens: usize, limit: usize },
     #[error(
-        "the question reaches position {position} after the state, over the maximum context length of {limit} positions"
+        "the question reaches position {position} after the state, over the {} of {limit} positions",
+        ruling_schema::capacity::CONTEXT
     )]
     QuestionTooLong {
         question: usize,
@@ -169,7 +171,8 @@ pub enum PackError {
         limit: usize,
     },
     #[error(
-        "the question brings the request to {tokens} tokens, over the maximum context length of {limit} tokens for one request"
+        "the question brings the request to {tokens} tokens, over the {} of {limit} tokens for one request",
+        ruling_schema::capacity::CONTEXT
     )]
     TooManyTokens {
         question: usize,

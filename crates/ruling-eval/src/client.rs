@@ -7,16 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use ruling_core::{CoreError, Ruling};
-use ruling_schema::{ModelsList, SystemOneRequest, SystemOneResponse};
-
-/// The markers System One puts in a capacity refusal: the request is fine, this model cannot
-/// take it. A record refused so is recorded as refused, not retried.
-const CAPACITY_MARKERS: [&str; 4] = [
-    "maximum context length",
-    "options per choice",
-    "a choice needs at least two options",
-    "a score takes 2 to 10 levels",
-];
+use ruling_schema::{ModelsList, SystemOneRequest, SystemOneResponse, capacity};
 
 /// How many times a request that may succeed later (408, 429, 5xx, a dropped connection) is
 /// sent before the run stops.
@@ -47,7 +38,7 @@ impl Client {
                     // carry the markers by contract, as they do on the wire.
                     let message = error.to_string();
                     let capacity = matches!(error, CoreError::Engine(_) | CoreError::Invalid(_))
-                        && CAPACITY_MARKERS.iter().any(|m| message.contains(m));
+                        && capacity::is_refusal(&message);
                     if capacity {
                         Ok(Reply::Refused(message))
                     } else {
@@ -123,7 +114,7 @@ impl HttpClient {
                 }
                 Err(ureq::Error::Status(422, response)) => {
                     let text = read_body(response)?;
-                    if CAPACITY_MARKERS.iter().any(|m| text.contains(m)) {
+                    if capacity::is_refusal(&text) {
                         return Ok(Reply::Refused(detail_message(&text)));
                     }
                     bail!("{url} refused the request (422): {text}");

@@ -6,6 +6,7 @@
 //! and the evaluator all depend on this crate; it depends on no tensor library, no async
 //! runtime and no HTTP stack.
 
+pub mod capacity;
 mod check;
 mod error;
 mod json;

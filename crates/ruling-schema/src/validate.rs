@@ -19,8 +19,7 @@
 //!   `string_type`, `list_type`, `bool_type`, `union_tag_invalid`, `union_tag_not_found`,
 //!   `extra_forbidden`, `too_short`, `too_long`, `string_too_short`, `literal_error`,
 //!   `finite_number`); everything else is `value_error`.
-//! - Capacity refusals carry the marker clients search for in `msg`: `options per choice`,
-//!   `a choice needs at least two options`, `a score takes 2 to 10 levels`.
+//! - Capacity refusals carry the phrases of [`crate::capacity`] in `msg`, which clients search for.
 //!
 //! Unknown fields at the top level of the body are ignored (clients written for other System
 //! One servers may send more), but inside questions, noul criteria and assets they are refused,
@@ -31,6 +30,7 @@ use std::collections::HashMap;
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
+use crate::capacity;
 use crate::error::{ErrorDetail, LocItem, ValidationErrors};
 use crate::json::{self, ParseFailure};
 use crate::text::{State, Text, kind_name, render_text};
@@ -752,7 +752,7 @@ impl<'c> Validator<'c> {
                 ErrorDetail::new(
                     loc.to_vec(),
                     "too_short",
-                    format!("a choice needs at least two options; got {n}"),
+                    format!("{}; got {n}", capacity::TOO_FEW_OPTIONS),
                 )
                 .with_ctx(json!({"field_type": "Dictionary", "min_length": MIN_CHOICE_OPTIONS, "actual_length": n})),
             );
@@ -761,7 +761,10 @@ impl<'c> Validator<'c> {
                 ErrorDetail::new(
                     loc.to_vec(),
                     "too_long",
-                    format!("at most {max} options per choice are allowed; got {n}"),
+                    format!(
+                        "at most {max} {} are allowed; got {n}",
+                        capacity::TOO_MANY_OPTIONS
+                    ),
                 )
                 .with_ctx(
                     json!({"field_type": "Dictionary", "max_length": max, "actual_length": n}),
@@ -819,7 +822,7 @@ impl<'c> Validator<'c> {
                 ErrorDetail::new(
                     loc.to_vec(),
                     kind,
-                    format!("a score takes 2 to 10 levels; got {n}"),
+                    format!("{}; got {n}", capacity::SCORE_LEVELS),
                 )
                 .with_ctx(json!({"field_type": "List", bound: value, "actual_length": n})),
             );

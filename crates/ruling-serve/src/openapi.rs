@@ -6,7 +6,9 @@
 //! `tests/openapi.rs` fails when the two drift (`UPDATE_OPENAPI=1 cargo test -p ruling-serve
 //! --test openapi` rewrites it).
 
-use ruling_schema::{ModelsList, SystemOneRequest, SystemOneResponse, ValidationErrorBody};
+use ruling_schema::{
+    ModelsList, SystemOneRequest, SystemOneResponse, ValidationErrorBody, capacity,
+};
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
@@ -98,7 +100,7 @@ pub fn document() -> Value {
                         "413": error("The body, decompressed, is over the server's limit"),
                         "415": error("A content-encoding other than zstd or gzip"),
                         "422": {
-                            "description": "The request is malformed, names an unknown model, or asks beyond the model's capacity (the message then contains `maximum context length`, `options per choice`, `a choice needs at least two options` or `a score takes 2 to 10 levels`)",
+                            "description": format!("The request is malformed, names an unknown model, or asks beyond the model's capacity (the message then contains {})", capacity_phrases()),
                             "headers": {"x-request-id": {"$ref": "#/components/headers/RequestId"}},
                             "content": {"application/json": {"schema": validation}},
                         },
@@ -195,4 +197,11 @@ pub fn document() -> Value {
             },
         },
     })
+}
+
+/// The capacity phrases as the 400's description lists them: "`a`, `b`, `c` or `d`".
+fn capacity_phrases() -> String {
+    let quoted: Vec<String> = capacity::ALL.iter().map(|p| format!("`{p}`")).collect();
+    let (last, rest) = quoted.split_last().expect("there are capacity phrases");
+    format!("{} or {last}", rest.join(", "))
 }

@@ -3,6 +3,7 @@
 //! stem when it has one), question-first (its own head as the prefix, the state as the
 //! branch), or, for a Choice wider than the codes or too long for one pass, in two stages.
 
+use ruling_schema::capacity::CONTEXT;
 use ruling_schema::{ChoiceOption, QuestionKind, ValidQuestion, ValidState};
 
 use super::images::{ShownImage, image_error};
@@ -51,7 +52,7 @@ pub(super) fn check_branch(
         return Err(EngineError::InputTooLong {
             question: Some(question.id().to_owned()),
             message: format!(
-                "question {:?} makes a branch of {tokens} tokens, over the maximum context length of {limit} tokens for one branch",
+                "question {:?} makes a branch of {tokens} tokens, over the {CONTEXT} of {limit} tokens for one branch",
                 question.id()
             ),
         });
@@ -288,7 +289,7 @@ impl<B: Backend> DecoderEngine<B> {
             return Err(EngineError::InputTooLong {
                 question: None,
                 message: format!(
-                    "the state is {} bytes, at least {} tokens for this model, over the maximum context length of {limit} tokens for one branch",
+                    "the state is {} bytes, at least {} tokens for this model, over the {CONTEXT} of {limit} tokens for one branch",
                     state.len(),
                     state.len() / per_token
                 ),
@@ -332,7 +333,7 @@ impl<B: Backend> DecoderEngine<B> {
             return Err(EngineError::InputTooLong {
                 question: None,
                 message: format!(
-                    "the state{with} makes a prompt of {prefix_len} tokens, over the maximum context length of {limit} tokens for one branch"
+                    "the state{with} makes a prompt of {prefix_len} tokens, over the {CONTEXT} of {limit} tokens for one branch"
                 ),
             });
         }
@@ -545,7 +546,7 @@ impl<B: Backend> DecoderEngine<B> {
                 return Err(EngineError::InputTooLong {
                     question: Some(question.id().to_owned()),
                     message: format!(
-                        "question {:?} brings the request to {total} tokens, over the maximum context length of {} tokens for one request",
+                        "question {:?} brings the request to {total} tokens, over the {CONTEXT} of {} tokens for one request",
                         question.id(),
                         self.options.max_request_tokens
                     ),

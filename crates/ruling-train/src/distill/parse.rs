@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use indexmap::IndexMap;
-use ruling_schema::{Capabilities, ErrorDetail, Question, State};
+use ruling_schema::{Capabilities, ErrorDetail, Question, State, capacity};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -56,11 +56,11 @@ impl Dropped {
     /// The reason a validation error gives, by the markers the schema's messages carry.
     fn from_error(error: &ErrorDetail) -> Self {
         let msg = &error.msg;
-        if msg.contains("a choice needs at least two options") {
+        if msg.contains(capacity::TOO_FEW_OPTIONS) {
             Self::OneOption
-        } else if msg.contains("options per choice") {
+        } else if msg.contains(capacity::TOO_MANY_OPTIONS) {
             Self::TooManyOptions
-        } else if msg.contains("a score takes 2 to 10 levels") {
+        } else if msg.contains(capacity::SCORE_LEVELS) {
             Self::ScoreLevels
         } else if error.kind == "union_tag_invalid" || msg.contains("box") {
             Self::Unsupported

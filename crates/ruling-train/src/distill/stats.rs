@@ -147,7 +147,7 @@ pub fn summary(dir: &Path) -> anyhow::Result<String> {
     }
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for skip in &skipped {
-        let reason = if skip.reason.contains("maximum context length") {
+        let reason = if skip.reason.contains(ruling_schema::capacity::CONTEXT) {
             "too long for the teacher".to_owned()
         } else {
             skip.reason.clone()
