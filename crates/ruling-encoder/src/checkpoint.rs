@@ -91,27 +91,7 @@ impl EncoderFiles {
                 missing,
             });
         }
-        let meta = match fs::read_to_string(dir.join(META_FILE)) {
-            Ok(text) => Some(serde_json::from_str::<CheckpointMeta>(&text).map_err(|e| {
-                EncoderError::Metadata {
-                    path: dir.join(META_FILE),
-                    message: e.to_string(),
-                }
-            })?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(EncoderError::io(dir.join(META_FILE))(e)),
-        };
-        if let Some(meta) = &meta
-            && meta.format_version != FORMAT_VERSION
-        {
-            return Err(EncoderError::Metadata {
-                path: dir.join(META_FILE),
-                message: format!(
-                    "format_version {} is not the version this build reads ({FORMAT_VERSION})",
-                    meta.format_version
-                ),
-            });
-        }
+        let meta = read_meta(dir)?;
         let read = |name: &str| fs::read(dir.join(name)).map_err(EncoderError::io(dir.join(name)));
         let config_bytes = read(CONFIG_FILE)?;
         let tokenizer_bytes = read(TOKENIZER_FILE)?;
@@ -122,29 +102,7 @@ impl EncoderFiles {
             (WEIGHTS_FILE, sha256_hex(&weights_bytes)),
         ];
         if let Some(meta) = &meta {
-            let recorded = [
-                &meta.config_sha256,
-                &meta.tokenizer_sha256,
-                &meta.weights_sha256,
-            ];
-            let wrong: Vec<String> = digests
-                .iter()
-                .zip(recorded)
-                .filter(|((_, found), recorded)| found != *recorded)
-                .map(|((name, found), recorded)| {
-                    format!("{name} has sha256 {found}, but {META_FILE} records {recorded}")
-                })
-                .collect();
-            if !wrong.is_empty() {
-                return Err(EncoderError::Mismatch {
-                    dir: dir.to_owned(),
-                    message: format!(
-                        "files do not belong to this checkpoint (copied from another base, or \
-                         half-written): {}",
-                        wrong.join("; ")
-                    ),
-                });
-            }
+            check_digests(dir, meta, &digests)?;
         }
         let config_text = String::from_utf8(config_bytes).map_err(|e| {
             EncoderError::Config(format!(
@@ -226,6 +184,65 @@ impl EncoderFiles {
         let vb = VarBuilder::from_tensors(self.tensors.clone(), DType::F32, &Device::Cpu);
         Ok(DecisionModel::load(vb, &self.config, kernels)?)
     }
+}
+
+/// The checkpoint's metadata, `None` for a base encoder (no metadata file); refused when it
+/// does not parse or is of another format version.
+fn read_meta(dir: &Path) -> Result<Option<CheckpointMeta>, EncoderError> {
+    let meta = match fs::read_to_string(dir.join(META_FILE)) {
+        Ok(text) => Some(serde_json::from_str::<CheckpointMeta>(&text).map_err(|e| {
+            EncoderError::Metadata {
+                path: dir.join(META_FILE),
+                message: e.to_string(),
+            }
+        })?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(EncoderError::io(dir.join(META_FILE))(e)),
+    };
+    if let Some(meta) = &meta
+        && meta.format_version != FORMAT_VERSION
+    {
+        return Err(EncoderError::Metadata {
+            path: dir.join(META_FILE),
+            message: format!(
+                "format_version {} is not the version this build reads ({FORMAT_VERSION})",
+                meta.format_version
+            ),
+        });
+    }
+    Ok(meta)
+}
+
+/// Refuses files whose digests are not the ones the metadata records.
+fn check_digests(
+    dir: &Path,
+    meta: &CheckpointMeta,
+    digests: &[(&str, String); 3],
+) -> Result<(), EncoderError> {
+    let recorded = [
+        &meta.config_sha256,
+        &meta.tokenizer_sha256,
+        &meta.weights_sha256,
+    ];
+    let wrong: Vec<String> = digests
+        .iter()
+        .zip(recorded)
+        .filter(|((_, found), recorded)| found != *recorded)
+        .map(|((name, found), recorded)| {
+            format!("{name} has sha256 {found}, but {META_FILE} records {recorded}")
+        })
+        .collect();
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(EncoderError::Mismatch {
+        dir: dir.to_owned(),
+        message: format!(
+            "files do not belong to this checkpoint (copied from another base, or \
+             half-written): {}",
+            wrong.join("; ")
+        ),
+    })
 }
 
 /// What a new decision checkpoint is made of.
