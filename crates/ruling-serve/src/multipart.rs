@@ -84,7 +84,6 @@ pub(crate) async fn read_form(body: Bytes, content_type: &str) -> Result<Form, A
 
 /// Attach the parts to their assets and validate the request.
 pub(crate) fn assemble(form: Form, caps: &Capabilities) -> Result<ValidRequest, ValidationErrors> {
-    let body = || LocItem::from("body");
     let Some(original) = form.request else {
         return Err(ValidationErrors::new(vec![ErrorDetail::new(
             vec![body(), LocItem::from(REQUEST_PART)],
@@ -136,7 +135,6 @@ fn inline_parts(
     parts: &IndexMap<String, Part>,
     errors: &mut Vec<ErrorDetail>,
 ) -> IndexMap<String, String> {
-    let body = || LocItem::from("body");
     let mut claimed: IndexMap<String, String> = IndexMap::new();
     if let Some(Value::Object(assets)) = value.get_mut("assets") {
         for (placeholder, asset) in assets.iter_mut() {
@@ -208,7 +206,7 @@ fn unclaimed_parts(
     for name in parts.keys().filter(|n| !claimed.contains_key(*n)) {
         errors.push(
             ErrorDetail::new(
-                vec![LocItem::from("body"), LocItem::from("assets")],
+                vec![body(), LocItem::from("assets")],
                 "value_error",
                 format!(
                     "Value error, the multipart part {name:?} is claimed by no asset; name it in \
@@ -218,6 +216,11 @@ fn unclaimed_parts(
             .with_ctx(json!({"part": name})),
         );
     }
+}
+
+/// Where every multipart error sits: under the body, as the JSON request's errors do.
+fn body() -> LocItem {
+    LocItem::from("body")
 }
 
 /// `png` or `jpeg` from the bytes' signature, else from the part's content type.
