@@ -23,11 +23,7 @@ pub struct StatsArgs {
 }
 
 pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
-    let text = summary(&args.dir)?;
-    write_atomic(
-        &DistillDir::new(&args.dir).file(STATS_FILE),
-        text.as_bytes(),
-    )?;
+    let text = write(&args.dir)?;
     #[allow(clippy::print_stdout)]
     {
         print!("{text}");
@@ -37,10 +33,15 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
 
 /// Write `stats.md` and show it on stderr (what the stages do when they stop).
 pub fn print(dir: &Path) -> anyhow::Result<()> {
+    eprint!("{}", write(dir)?);
+    Ok(())
+}
+
+/// Count the journals into `stats.md` (atomically) and return its text.
+fn write(dir: &Path) -> anyhow::Result<String> {
     let text = summary(dir)?;
     write_atomic(&DistillDir::new(dir).file(STATS_FILE), text.as_bytes())?;
-    eprint!("{text}");
-    Ok(())
+    Ok(text)
 }
 
 fn kind(question: &Question) -> &'static str {
@@ -58,8 +59,14 @@ pub fn summary(dir: &Path) -> anyhow::Result<String> {
     let written = read_journal::<WrittenState>(&dir.file(WRITTEN_FILE))?.lines;
     let answered = read_journal::<Record>(&dir.file(ANSWERED_FILE))?.lines;
     let skipped = read_journal::<Skipped>(&dir.file(SKIPPED_FILE))?.lines;
-
     let mut out = String::from("# Distillation statistics\n\n");
+    written_section(&mut out, &written);
+    answered_section(&mut out, &answered, &skipped);
+    Ok(out)
+}
+
+/// What the writer produced: states, questions kept by type and by source, what it dropped.
+fn written_section(out: &mut String, written: &[WrittenState]) {
     let with_questions = written.iter().filter(|l| l.record.is_some()).count();
     let cut = written.iter().filter(|l| l.finish == "length").count();
     let reply_tokens: usize = written.iter().map(|l| l.reply_tokens).sum();
@@ -77,7 +84,7 @@ pub fn summary(dir: &Path) -> anyhow::Result<String> {
     let mut by_source: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     let mut by_type: BTreeMap<&str, usize> = BTreeMap::new();
     let mut dropped: BTreeMap<Dropped, usize> = BTreeMap::new();
-    for line in &written {
+    for line in written {
         let entry = by_source.entry(&line.source).or_default();
         entry.0 += 1;
         if let Some(record) = &line.record {
@@ -112,9 +119,12 @@ pub fn summary(dir: &Path) -> anyhow::Result<String> {
     for (source, (states, questions)) in &by_source {
         let _ = writeln!(out, "| {source} | {states} | {questions} |");
     }
+}
 
+/// What the teacher answered: its mean confidence per question type, and why records were skipped.
+fn answered_section(out: &mut String, answered: &[Record], skipped: &[Skipped]) {
     let mut confidence: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
-    for record in &answered {
+    for record in answered {
         for (id, question) in &record.questions {
             let Some(target) = record.soft_target(id) else {
                 continue;
@@ -146,7 +156,7 @@ pub fn summary(dir: &Path) -> anyhow::Result<String> {
         let _ = writeln!(out, "| **all** | {n} | {:.3} |", sum / n as f64);
     }
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    for skip in &skipped {
+    for skip in skipped {
         let reason = if skip.reason.contains(ruling_schema::capacity::CONTEXT) {
             "too long for the teacher".to_owned()
         } else {
@@ -160,5 +170,4 @@ pub fn summary(dir: &Path) -> anyhow::Result<String> {
             let _ = writeln!(out, "| {reason} | {n} |");
         }
     }
-    Ok(out)
 }
