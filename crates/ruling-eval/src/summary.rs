@@ -433,41 +433,18 @@ pub fn column_metrics(
     if dists.is_empty() {
         return Ok(None);
     }
-    let mut predictions = Vec::new();
-    let mut labels = Vec::new();
-    let mut confidences = Vec::new();
-    let mut correct = Vec::new();
-    let mut rows = Vec::new();
-    let mut targets = Vec::new();
-    let mut expected = Vec::new();
-    let mut levels = Vec::new();
-    for (q, dist) in &dists {
-        let Some(label) = &q.label else { continue };
-        let keys: Vec<&String> = dist.keys().collect();
-        let target = keys
-            .iter()
-            .position(|k| *k == label)
-            .with_context(|| format!("label {label:?} is not one of the keys {keys:?}"))?;
-        let best = argmax(dist);
-        predictions.push(keys[best].clone());
-        labels.push(label.clone());
-        confidences.push(dist[best].clamp(0.0, 1.0));
-        correct.push(best == target);
-        let row: Vec<f64> = dist.values().copied().collect();
-        if q.kind == AnswerType::Score {
-            expected.push(expected_level(&row)?);
-            levels.push(target);
-        }
-        rows.push(row);
-        targets.push(target);
-    }
-    let labelled = labels.len();
+    let hard = HardRows::collect(&dists)?;
+    let labelled = hard.labels.len();
     let reliability = if labelled > 0 {
-        Some(reliability_diagram(&confidences, &correct, ECE_BINS)?)
+        Some(reliability_diagram(
+            &hard.confidences,
+            &hard.correct,
+            ECE_BINS,
+        )?)
     } else {
         None
     };
-    let hard = |f: &dyn Fn() -> anyhow::Result<f64>| -> anyhow::Result<Option<f64>> {
+    let when_labelled = |f: &dyn Fn() -> anyhow::Result<f64>| -> anyhow::Result<Option<f64>> {
         if labelled == 0 {
             Ok(None)
         } else {
@@ -475,36 +452,40 @@ pub fn column_metrics(
         }
     };
 
+    // Pairs of rows: (as asked, reversed) for the flip rate, (answer, teacher) for the KL.
     let (mut first, mut second) = (Vec::new(), Vec::new());
-    for (q, dist) in &dists {
-        if let Some(reversed) = column.reversed(q, scaling) {
-            first.push(dist.values().copied().collect::<Vec<f64>>());
-            second.push(reversed.values().copied().collect::<Vec<f64>>());
-        }
-    }
     let (mut soft_rows, mut soft_targets) = (Vec::new(), Vec::new());
     for (q, dist) in &dists {
+        if let Some(reversed) = column.reversed(q, scaling) {
+            first.push(values(dist));
+            second.push(values(&reversed));
+        }
         if let Some(target) = &q.target {
-            soft_rows.push(dist.values().copied().collect::<Vec<f64>>());
-            soft_targets.push(target.values().copied().collect::<Vec<f64>>());
+            soft_rows.push(values(dist));
+            soft_targets.push(values(target));
         }
     }
 
     Ok(Some(ColumnMetrics {
         column,
         labelled,
-        accuracy: hard(&|| Ok(accuracy(&predictions, &labels)?))?,
-        macro_f1: hard(&|| Ok(macro_f1(&predictions, &labels)?))?,
+        accuracy: when_labelled(&|| Ok(accuracy(&hard.predictions, &hard.labels)?))?,
+        macro_f1: when_labelled(&|| Ok(macro_f1(&hard.predictions, &hard.labels)?))?,
         ece: reliability.as_ref().map(|r| r.ece),
-        brier: hard(&|| Ok(brier_score(&rows, &targets)?))?,
-        log_loss: hard(&|| Ok(log_loss(&rows, &targets)?))?,
-        ruled_out: rows
+        brier: when_labelled(&|| Ok(brier_score(&hard.rows, &hard.targets)?))?,
+        log_loss: when_labelled(&|| Ok(log_loss(&hard.rows, &hard.targets)?))?,
+        ruled_out: hard
+            .rows
             .iter()
-            .zip(&targets)
+            .zip(&hard.targets)
             .filter(|(row, t)| row[**t] <= 0.0)
             .count(),
-        coverage_at_5pct_error: hard(&|| {
-            Ok(coverage_at_error(&confidences, &correct, COVERAGE_ERROR)?)
+        coverage_at_5pct_error: when_labelled(&|| {
+            Ok(coverage_at_error(
+                &hard.confidences,
+                &hard.correct,
+                COVERAGE_ERROR,
+            )?)
         })?,
         flip_rate: if first.is_empty() {
             None
@@ -512,10 +493,10 @@ pub fn column_metrics(
             Some(flip_rate(&first, &second)?)
         },
         flip_items: first.len(),
-        mean_absolute_error: if levels.is_empty() {
+        mean_absolute_error: if hard.levels.is_empty() {
             None
         } else {
-            Some(mean_absolute_error(&expected, &levels)?)
+            Some(mean_absolute_error(&hard.expected, &hard.levels)?)
         },
         kl_divergence: if soft_rows.is_empty() {
             None
@@ -525,6 +506,53 @@ pub fn column_metrics(
         soft_items: soft_rows.len(),
         reliability,
     }))
+}
+
+fn values(dist: &Dist) -> Vec<f64> {
+    dist.values().copied().collect()
+}
+
+/// The labelled questions of one column, row by row: what the hard-label metrics read.
+#[derive(Default)]
+struct HardRows {
+    predictions: Vec<String>,
+    labels: Vec<String>,
+    /// The top probability, and whether its option is the label.
+    confidences: Vec<f64>,
+    correct: Vec<bool>,
+    /// The whole distribution and the label's index in it.
+    rows: Vec<Vec<f64>>,
+    targets: Vec<usize>,
+    /// Score questions only: the expected level and the labelled level.
+    expected: Vec<f64>,
+    levels: Vec<usize>,
+}
+
+impl HardRows {
+    fn collect(dists: &[(&QuestionResult, Dist)]) -> anyhow::Result<Self> {
+        let mut out = Self::default();
+        for (q, dist) in dists {
+            let Some(label) = &q.label else { continue };
+            let keys: Vec<&String> = dist.keys().collect();
+            let target = keys
+                .iter()
+                .position(|k| *k == label)
+                .with_context(|| format!("label {label:?} is not one of the keys {keys:?}"))?;
+            let best = argmax(dist);
+            out.predictions.push(keys[best].clone());
+            out.labels.push(label.clone());
+            out.confidences.push(dist[best].clamp(0.0, 1.0));
+            out.correct.push(best == target);
+            let row = values(dist);
+            if q.kind == AnswerType::Score {
+                out.expected.push(expected_level(&row)?);
+                out.levels.push(target);
+            }
+            out.rows.push(row);
+            out.targets.push(target);
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
