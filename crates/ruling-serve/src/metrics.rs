@@ -9,7 +9,7 @@ use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 use ruling_core::Ruling;
 
 pub(crate) use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -42,6 +42,26 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
+/// Register `metric` and hand back the handle the server updates (metrics share their state
+/// between clones).
+fn add<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// [`add`] for a metric measured in seconds.
+fn add_seconds<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register_with_unit(name, help, Unit::Seconds, metric.clone());
+    metric
+}
+
+/// A gauge holding a setting fixed at start.
+fn fixed_gauge(value: usize) -> Gauge {
+    let gauge = Gauge::default();
+    gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+    gauge
+}
+
 /// Every metric the server keeps.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -65,91 +85,85 @@ pub(crate) struct Metrics {
 impl Metrics {
     pub(crate) fn new(queue_capacity: usize, workers: usize, models: Models) -> Self {
         let mut registry = Registry::with_prefix("ruling");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
+        let r = &mut registry;
+        let requests = add(
+            r,
             "http_requests",
             "HTTP requests answered, by route, method and status",
-            requests.clone(),
+            Family::default(),
         );
-        let latency: HistogramFamily<RouteLabels> =
-            Family::new_with_constructor(latency_histogram as fn() -> Histogram);
-        registry.register_with_unit(
+        let latency = add_seconds(
+            r,
             "http_request_duration",
             "Time from request to response, by route",
-            Unit::Seconds,
-            latency.clone(),
+            Family::new_with_constructor(latency_histogram as fn() -> Histogram),
         );
-        let queue_depth = Gauge::default();
-        registry.register(
+        let queue_depth = add(
+            r,
             "queue_depth",
             "Requests waiting for an engine worker",
-            queue_depth.clone(),
+            Gauge::default(),
         );
-        let capacity = Gauge::<i64>::default();
-        capacity.set(i64::try_from(queue_capacity).unwrap_or(i64::MAX));
-        registry.register(
+        add(
+            r,
             "queue_capacity",
             "Most requests that may wait for a worker (429 beyond)",
-            capacity,
+            fixed_gauge(queue_capacity),
         );
-        let worker_count = Gauge::<i64>::default();
-        worker_count.set(i64::try_from(workers).unwrap_or(i64::MAX));
-        registry.register("workers", "Engine worker threads", worker_count);
-        let busy_workers = Gauge::default();
-        registry.register(
+        add(r, "workers", "Engine worker threads", fixed_gauge(workers));
+        let busy_workers = add(
+            r,
             "busy_workers",
             "Engine workers answering a request now",
-            busy_workers.clone(),
+            Gauge::default(),
         );
-        let queue_wait = latency_histogram();
-        registry.register_with_unit(
+        let queue_wait = add_seconds(
+            r,
             "queue_wait",
             "Time a request waited for a worker",
-            Unit::Seconds,
-            queue_wait.clone(),
+            latency_histogram(),
         );
-        let engine_time = latency_histogram();
-        registry.register_with_unit(
+        let engine_time = add_seconds(
+            r,
             "engine_duration",
             "Time a worker spent answering one request",
-            Unit::Seconds,
-            engine_time.clone(),
+            latency_histogram(),
         );
-        let input_tokens = Counter::default();
-        registry.register(
+        let input_tokens = add(
+            r,
             "input_tokens",
             "Tokens put through the model (usage.input_tokens)",
-            input_tokens.clone(),
+            Counter::default(),
         );
-        let output_tokens = Counter::default();
-        registry.register(
+        let output_tokens = add(
+            r,
             "output_tokens",
             "Tokens generated (usage.output_tokens)",
-            output_tokens.clone(),
+            Counter::default(),
         );
-        let rejected = Family::<ReasonLabels, Counter>::default();
-        registry.register(
+        let rejected = add(
+            r,
             "rejected_requests",
             "Requests refused before reaching a worker, by reason (queue_full, loading, timeout)",
-            rejected.clone(),
+            Family::default(),
         );
-        let skipped = Family::<ReasonLabels, Counter>::default();
-        registry.register(
+        let skipped = add(
+            r,
             "skipped_requests",
             "Requests a worker dropped unanswered, by reason: not started (client_gone, expired) or stopped between forward passes (stopped_client_gone, stopped_expired)",
-            skipped.clone(),
+            Family::default(),
         );
-        let engine_panics = Counter::default();
-        registry.register(
+        let engine_panics = add(
+            r,
             "engine_panics",
             "Requests on which the engine panicked (answered 500; the worker carries on)",
-            engine_panics.clone(),
+            Counter::default(),
         );
-        let model_loaded = Gauge::default();
-        registry.register(
+        let model_loaded = add(
+            r,
             "model_loaded",
             "1 once the model is loaded and the workers are running",
-            model_loaded.clone(),
+            Gauge::default(),
         );
         registry.register_collector(Box::new(PrefixCacheCollector { models }));
         Self {
