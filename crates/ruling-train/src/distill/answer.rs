@@ -78,37 +78,9 @@ pub struct Skipped {
 }
 
 pub fn run(args: &AnswerArgs) -> anyhow::Result<()> {
-    if args.rotations < 2 {
-        bail!(
-            "--rotations {} would read each question in one option order; distillation needs \
-             at least 2 so the targets are not one order's bias",
-            args.rotations
-        );
-    }
     let dir = DistillDir::new(&args.dir);
-    let calibration = (args.calibration != "none").then(|| PathBuf::from(&args.calibration));
-    let calibration_sha256 = calibration.as_deref().map(file_sha256).transpose()?;
+    let calibration = check_and_pin(args, &dir)?;
     let written_path = dir.file(WRITTEN_FILE);
-    if !written_path.exists() {
-        bail!(
-            "{} does not exist: run `ruling-train distill write --dir {}` first",
-            written_path.display(),
-            args.dir.display()
-        );
-    }
-    pin_settings(
-        &dir.file(ANSWER_MANIFEST),
-        &AnswerSettings {
-            teacher: args.teacher.clone(),
-            backend: args.backend.as_str().to_owned(),
-            rotations: args.rotations,
-            prior: args.prior,
-            calibration: calibration.as_ref().map(|p| p.display().to_string()),
-            calibration_sha256,
-        },
-        "answer",
-    )?;
-
     let records = written_records(&written_path)?;
 
     let answered_path = dir.file(ANSWERED_FILE);
@@ -175,6 +147,41 @@ pub fn run(args: &AnswerArgs) -> anyhow::Result<()> {
         started.elapsed()
     );
     super::stats::print(&args.dir)
+}
+
+/// Refuse settings that cannot distil, then pin them in `answer.json` (a resumed run must
+/// match them). Returns the teacher's calibration file, if any.
+fn check_and_pin(args: &AnswerArgs, dir: &DistillDir) -> anyhow::Result<Option<PathBuf>> {
+    if args.rotations < 2 {
+        bail!(
+            "--rotations {} would read each question in one option order; distillation needs \
+             at least 2 so the targets are not one order's bias",
+            args.rotations
+        );
+    }
+    let written_path = dir.file(WRITTEN_FILE);
+    if !written_path.exists() {
+        bail!(
+            "{} does not exist: run `ruling-train distill write --dir {}` first",
+            written_path.display(),
+            args.dir.display()
+        );
+    }
+    let calibration = (args.calibration != "none").then(|| PathBuf::from(&args.calibration));
+    let calibration_sha256 = calibration.as_deref().map(file_sha256).transpose()?;
+    pin_settings(
+        &dir.file(ANSWER_MANIFEST),
+        &AnswerSettings {
+            teacher: args.teacher.clone(),
+            backend: args.backend.as_str().to_owned(),
+            rotations: args.rotations,
+            prior: args.prior,
+            calibration: calibration.as_ref().map(|p| p.display().to_string()),
+            calibration_sha256,
+        },
+        "answer",
+    )?;
+    Ok(calibration)
 }
 
 /// The teacher engine: the decoder with the rotations, prior and calibration asked for.
