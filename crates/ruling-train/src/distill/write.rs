@@ -424,7 +424,7 @@ fn gather_states(
         .with_context(|| format!("reading the held-out splits under {}", root.display()))?;
     let mut seen = HashSet::new();
     let mut candidates = Vec::new();
-    let mut push = |source: &str, state: State, candidates: &mut Vec<Candidate>| {
+    let mut push = |source: &str, state: State| {
         let key = sha256_hex(state_key(&state).as_bytes());
         if seen.insert(key.clone()) {
             candidates.push(Candidate {
@@ -434,83 +434,111 @@ fn gather_states(
             });
         }
     };
-    let names = args.datasets.iter().filter(|n| n.as_str() != "none");
-    for name in names {
-        let dataset: Dataset = name.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-        if !dataset.splits().contains(&Split::Dev) {
-            bail!(
-                "{name} has no development split: held-out data is never distilled \
-                 (shared/datasets/README.md)"
-            );
-        }
-        let records = ruling_corpus::load(
-            dataset,
-            Split::Dev,
-            &LoadOptions {
-                root: Some(root.to_owned()),
-                limit: None,
-                seed: args.seed,
-            },
-        )?;
-        let mut keys = HashSet::new();
-        let states: Vec<State> = records
-            .into_iter()
-            .map(|r| r.state)
-            .filter(|s| !held_out.contains(s) && keys.insert(state_key(s)))
-            .collect();
-        let source_seed = args.seed
-            ^ u64::from_le_bytes(
-                sha256_hex(name.as_bytes()).as_bytes()[..8]
-                    .try_into()
-                    .expect("8 bytes"),
-            );
-        for index in sample_indices(states.len(), args.per_source, source_seed) {
-            push(name, states[index].clone(), &mut candidates);
+    for name in args.datasets.iter().filter(|n| n.as_str() != "none") {
+        for state in dataset_states(name, root, args, &held_out)? {
+            push(name, state);
         }
     }
     let mut files = Vec::new();
     for path in &args.states {
-        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let (states, file) = file_states(path, &held_out)?;
         let source = path
             .file_stem()
             .map_or_else(|| "states".to_owned(), |s| s.to_string_lossy().into_owned());
-        let mut held = 0;
-        for (index, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let where_ = || format!("{}:{}", path.display(), index + 1);
-            let value: serde_json::Value =
-                serde_json::from_str(line).with_context(|| format!("{}: not JSON", where_()))?;
-            let state = value
-                .get("state")
-                .cloned()
-                .ok_or_else(|| anyhow::anyhow!("{}: no \"state\" field", where_()))?;
-            let state = State::new(state).map_err(|v| {
-                anyhow::anyhow!(
-                    "{}: a state is a string, object or array, got {v}",
-                    where_()
-                )
-            })?;
-            if held_out.contains(&state) {
-                held += 1;
-                continue;
-            }
-            push(&source, state, &mut candidates);
+        for state in states {
+            push(&source, state);
         }
-        if held > 0 {
-            bail!(
-                "{} holds {held} states of held-out splits; held-out data is never distilled",
-                path.display()
-            );
-        }
-        files.push(DataFile {
-            path: path.clone(),
-            sha256: sha256_hex(&bytes),
-        });
+        files.push(file);
     }
     candidates.shuffle(&mut ChaCha8Rng::seed_from_u64(args.seed));
     Ok((candidates, files))
+}
+
+/// A seeded sample of `--per-source` distinct development states of one dataset, none of
+/// them also in a held-out split.
+fn dataset_states(
+    name: &str,
+    root: &std::path::Path,
+    args: &WriteArgs,
+    held_out: &ruling_corpus::HeldOutStates,
+) -> anyhow::Result<Vec<State>> {
+    let dataset: Dataset = name.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !dataset.splits().contains(&Split::Dev) {
+        bail!(
+            "{name} has no development split: held-out data is never distilled \
+             (shared/datasets/README.md)"
+        );
+    }
+    let records = ruling_corpus::load(
+        dataset,
+        Split::Dev,
+        &LoadOptions {
+            root: Some(root.to_owned()),
+            limit: None,
+            seed: args.seed,
+        },
+    )?;
+    let mut keys = HashSet::new();
+    let states: Vec<State> = records
+        .into_iter()
+        .map(|r| r.state)
+        .filter(|s| !held_out.contains(s) && keys.insert(state_key(s)))
+        .collect();
+    let source_seed = args.seed
+        ^ u64::from_le_bytes(
+            sha256_hex(name.as_bytes()).as_bytes()[..8]
+                .try_into()
+                .expect("8 bytes"),
+        );
+    Ok(sample_indices(states.len(), args.per_source, source_seed)
+        .into_iter()
+        .map(|index| states[index].clone())
+        .collect())
+}
+
+/// Every state of a `--states` JSONL file, in order, and the file's digest for the manifest.
+/// A file holding any held-out state is refused whole.
+fn file_states(
+    path: &std::path::Path,
+    held_out: &ruling_corpus::HeldOutStates,
+) -> anyhow::Result<(Vec<State>, DataFile)> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut states = Vec::new();
+    let mut held = 0;
+    for (index, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let where_ = || format!("{}:{}", path.display(), index + 1);
+        let value: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("{}: not JSON", where_()))?;
+        let state = value
+            .get("state")
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("{}: no \"state\" field", where_()))?;
+        let state = State::new(state).map_err(|v| {
+            anyhow::anyhow!(
+                "{}: a state is a string, object or array, got {v}",
+                where_()
+            )
+        })?;
+        if held_out.contains(&state) {
+            held += 1;
+        } else {
+            states.push(state);
+        }
+    }
+    if held > 0 {
+        bail!(
+            "{} holds {held} states of held-out splits; held-out data is never distilled",
+            path.display()
+        );
+    }
+    let file = DataFile {
+        path: path.to_owned(),
+        sha256: sha256_hex(&bytes),
+    };
+    Ok((states, file))
 }
 
 #[cfg(test)]
