@@ -163,18 +163,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<(String, Vec<Record>)>>>()?;
     let loaded = Instant::now();
     let (client, model, provenance, mode) = connect(&args)?;
-    let calibration = match &args.calibration {
-        Some(path) => {
-            let file = Calibration::load(path)?;
-            file.check(&provenance)
-                .with_context(|| format!("{} does not fit this run's settings", path.display()))?;
-            Some(RunCalibration {
-                path: path.display().to_string(),
-                temperatures: file.temperatures,
-            })
-        }
-        None => None,
-    };
+    let calibration = run_calibration(args.calibration.as_deref(), &provenance)?;
     let mut manifest = RunManifest {
         format_version: FORMAT_VERSION,
         mode: mode.to_owned(),
@@ -190,28 +179,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         max_options_per_pass: args.max_options_per_pass,
         layout: args.layout.map(layout_name),
     };
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    if args.out.join(RUN_FILE).exists() {
-        let existing = read_manifest(&args.out)?;
-        if let Some((field, was, now)) = existing.difference(&manifest) {
-            bail!(
-                "{} holds results of another run ({field} was {was}, now {now}); resume with \
-                 the same settings or choose another --out",
-                args.out.display()
-            );
-        }
-        manifest.datasets = existing.datasets;
-    }
-    for (name, _) in &records {
-        if !manifest.datasets.contains(name) {
-            manifest.datasets.push(name.clone());
-        }
-    }
-    write_atomic(
-        &args.out.join(RUN_FILE),
-        &serde_json::to_vec_pretty(&manifest)?,
-    )?;
+    let names: Vec<&String> = records.iter().map(|(name, _)| name).collect();
+    pin_manifest(&args.out, &mut manifest, &names)?;
     eprintln!(
         "{mode} {model}: ready in {:.1} s (rotations {}, prior {}, calibration {})",
         loaded.elapsed().as_secs_f64(),
@@ -234,6 +203,49 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let written = crate::report::write(&args.out, None)?;
     eprintln!("wrote {}", written.display());
+    Ok(())
+}
+
+/// The calibration file asked for, checked against the run's settings.
+fn run_calibration(
+    path: Option<&Path>,
+    provenance: &Provenance,
+) -> anyhow::Result<Option<RunCalibration>> {
+    let Some(path) = path else { return Ok(None) };
+    let file = Calibration::load(path)?;
+    file.check(provenance)
+        .with_context(|| format!("{} does not fit this run's settings", path.display()))?;
+    Ok(Some(RunCalibration {
+        path: path.display().to_string(),
+        temperatures: file.temperatures,
+    }))
+}
+
+/// Write the run's manifest into `out`. Resuming into a directory of another run's settings
+/// is refused; resuming one of the same run keeps its datasets and adds these after them.
+fn pin_manifest(
+    out: &Path,
+    manifest: &mut RunManifest,
+    datasets: &[&String],
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    if out.join(RUN_FILE).exists() {
+        let existing = read_manifest(out)?;
+        if let Some((field, was, now)) = existing.difference(manifest) {
+            bail!(
+                "{} holds results of another run ({field} was {was}, now {now}); resume with \
+                 the same settings or choose another --out",
+                out.display()
+            );
+        }
+        manifest.datasets = existing.datasets;
+    }
+    for name in datasets {
+        if !manifest.datasets.contains(*name) {
+            manifest.datasets.push((*name).clone());
+        }
+    }
+    write_atomic(&out.join(RUN_FILE), &serde_json::to_vec_pretty(manifest)?)?;
     Ok(())
 }
 
