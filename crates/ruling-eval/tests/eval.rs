@@ -464,6 +464,24 @@ fn calibrate_writes_a_loadable_calibration_and_refuses_held_out() {
     succeed(run(&one, "boolq", "dev", 2, &[]).output().unwrap());
     let stderr = fail(report_with(&one, &file, None));
     assert!(stderr.contains("rotations"), "{stderr}");
+    // And by run, before a record is asked or a file written (in process, by the engine).
+    let refused = dir.join("refused");
+    let stderr = fail(
+        run(
+            &refused,
+            "boolq",
+            "held-out",
+            2,
+            &["--calibration", &file.display().to_string()],
+        )
+        .output()
+        .unwrap(),
+    );
+    assert!(
+        stderr.contains("calibration was fitted for rotations = 2"),
+        "{stderr}"
+    );
+    assert!(!refused.join("run.json").exists());
 
     // `--column raw` fits the options-as-given scores and writes the file for one rotation
     // without the prior, which the default engine takes.
