@@ -118,35 +118,7 @@ impl FromStr for QuestionArg {
         let kind = match options {
             None => QuestionArgKind::Noul,
             Some(options) => {
-                let items: Vec<String> = options.split(',').map(|o| o.trim().to_owned()).collect();
-                let what = if kind == "choice" {
-                    "option key"
-                } else {
-                    "level"
-                };
-                if let Some(position) = items.iter().position(String::is_empty) {
-                    return Err(fail(format!(
-                        "{what} {} is empty (option keys and levels may not contain ':' or ',')",
-                        position + 1
-                    )));
-                }
-                if items.len() < 2 {
-                    return Err(fail(format!(
-                        "a {kind} question needs at least two {what}s, got {}",
-                        items.len()
-                    )));
-                }
-                if let Some((i, dup)) = items
-                    .iter()
-                    .enumerate()
-                    .find(|(i, item)| items[..*i].contains(item))
-                {
-                    return Err(fail(format!(
-                        "{what} {dup:?} appears twice (at {} and {})",
-                        items.iter().position(|x| x == dup).unwrap_or(0) + 1,
-                        i + 1
-                    )));
-                }
+                let items = option_list(kind, options).map_err(fail)?;
                 if kind == "choice" {
                     QuestionArgKind::Choice(items)
                 } else {
@@ -160,6 +132,41 @@ impl FromStr for QuestionArg {
             kind,
         })
     }
+}
+
+/// A choice's option keys or a score's levels: comma-separated, each non-empty and
+/// distinct, at least two.
+fn option_list(kind: &str, options: &str) -> Result<Vec<String>, String> {
+    let items: Vec<String> = options.split(',').map(|o| o.trim().to_owned()).collect();
+    let what = if kind == "choice" {
+        "option key"
+    } else {
+        "level"
+    };
+    if let Some(position) = items.iter().position(String::is_empty) {
+        return Err(format!(
+            "{what} {} is empty (option keys and levels may not contain ':' or ',')",
+            position + 1
+        ));
+    }
+    if items.len() < 2 {
+        return Err(format!(
+            "a {kind} question needs at least two {what}s, got {}",
+            items.len()
+        ));
+    }
+    if let Some((i, dup)) = items
+        .iter()
+        .enumerate()
+        .find(|(i, item)| items[..*i].contains(item))
+    {
+        return Err(format!(
+            "{what} {dup:?} appears twice (at {} and {})",
+            items.iter().position(|x| x == dup).unwrap_or(0) + 1,
+            i + 1
+        ));
+    }
+    Ok(items)
 }
 
 #[cfg(test)]
