@@ -179,8 +179,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         max_options_per_pass: args.max_options_per_pass,
         layout: args.layout.map(layout_name),
     };
-    let names: Vec<&String> = records.iter().map(|(name, _)| name).collect();
-    pin_manifest(&args.out, &mut manifest, &names)?;
+    pin_manifest(
+        &args.out,
+        &mut manifest,
+        records.iter().map(|(name, _)| name),
+    )?;
     eprintln!(
         "{mode} {model}: ready in {:.1} s (rotations {}, prior {}, calibration {})",
         loaded.elapsed().as_secs_f64(),
@@ -223,10 +226,10 @@ fn run_calibration(
 
 /// Write the run's manifest into `out`. Resuming into a directory of another run's settings
 /// is refused; resuming one of the same run keeps its datasets and adds these after them.
-fn pin_manifest(
+fn pin_manifest<'a>(
     out: &Path,
     manifest: &mut RunManifest,
-    datasets: &[&String],
+    datasets: impl IntoIterator<Item = &'a String>,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     if out.join(RUN_FILE).exists() {
@@ -241,8 +244,8 @@ fn pin_manifest(
         manifest.datasets = existing.datasets;
     }
     for name in datasets {
-        if !manifest.datasets.contains(*name) {
-            manifest.datasets.push((*name).clone());
+        if !manifest.datasets.contains(name) {
+            manifest.datasets.push(name.clone());
         }
     }
     write_atomic(&out.join(RUN_FILE), &serde_json::to_vec_pretty(manifest)?)?;
