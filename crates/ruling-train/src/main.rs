@@ -3,6 +3,8 @@
 //! - `ruling-train encoder` fine-tunes a decision encoder (a BERT or ModernBERT checkpoint) on
 //!   typed-question records from the development side of `shared/datasets` and any JSONL record
 //!   files, and writes a checkpoint `ruling-serve --model encoder:DIR` serves.
+//! - `ruling-train soup` averages the weights of checkpoints one recipe trained with different
+//!   seeds into one checkpoint, and fits its temperatures.
 //! - `ruling-train lora` teaches a decoder's letter readout with a LoRA adapter on the same
 //!   records, rendered exactly as the engine renders them, and writes an adapter
 //!   `ruling-serve --adapter NAME=PATH` serves beside its base.
@@ -35,6 +37,9 @@ struct Cli {
 enum Command {
     /// Fine-tune a decision encoder on typed-question records.
     Encoder(encoder::EncoderArgs),
+    /// Average the weights of checkpoints one recipe trained with different seeds, and fit
+    /// the average's temperatures.
+    Soup(encoder::SoupArgs),
     /// Teach a decoder's letter readout with a LoRA adapter.
     Lora(lora::LoraArgs),
     /// Distillation data: a large decoder writes questions about development states and
@@ -47,6 +52,7 @@ fn main() -> anyhow::Result<()> {
     ruling_alloc::settle();
     match Cli::parse().command {
         Command::Encoder(args) => encoder::run(&args),
+        Command::Soup(args) => encoder::soup(&args),
         Command::Lora(args) => lora::run(&args),
         Command::Distill(command) => distill::run(&command),
     }

@@ -1,6 +1,7 @@
 //! `ruling-train encoder` as a user runs it, on the generated tiny encoders and a small record
 //! file: it trains and writes a checkpoint the engine serves; a run killed for real resumes to
-//! bit-identical weights; bad input is refused before anything is written.
+//! bit-identical weights; two runs average into one checkpoint; bad input is refused before
+//! anything is written.
 
 mod common;
 
@@ -89,6 +90,8 @@ fn trains_a_checkpoint_the_engine_serves() {
     // A fifth of the records is neither trained on nor validated: only the temperatures see it.
     assert!(log.contains("kept for calibration only"), "{log}");
     assert!(log.contains("calibration: choice temperature"), "{log}");
+    // And each family's ECE on the questions no step saw.
+    assert!(log.contains("calibration: toy over"), "{log}");
     for file in [
         "config.json",
         "tokenizer.json",
@@ -175,6 +178,79 @@ fn a_killed_run_resumes_to_bit_identical_weights() {
         sha256(&killed.join("model.safetensors")),
         sha256(&straight.join("model.safetensors"))
     );
+}
+
+fn soup(output: &Path, checkpoints: &[&Path]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ruling-train"));
+    command
+        .arg("soup")
+        .arg("--output")
+        .arg(output)
+        .args(checkpoints);
+    command
+}
+
+#[test]
+fn averages_one_recipes_runs_into_a_checkpoint_the_engine_serves() {
+    let scratch = tempfile::tempdir().unwrap();
+    let data = records(scratch.path());
+    let base = fixture("tiny-bert");
+    let (seed0, seed1) = (scratch.path().join("seed0"), scratch.path().join("seed1"));
+    run(train(&data, &seed0, &base, 20, 10));
+    let mut second = train(&data, &seed1, &base, 20, 10);
+    second.args(["--seed", "1"]);
+    run(second);
+
+    let output = scratch.path().join("soup");
+    let done = run(soup(&output, &[&seed0, &seed1]));
+    let log = String::from_utf8_lossy(&done.stderr);
+    assert!(log.contains("validation: the soup loss"), "{log}");
+    assert!(log.contains("calibration: choice temperature"), "{log}");
+
+    // Every tensor is the mean of the two runs' (all f32 here).
+    let open = |dir: &Path| ruling_encoder::EncoderFiles::open(dir).unwrap();
+    let (a, b, mean) = (open(&seed0), open(&seed1), open(&output));
+    assert_eq!(mean.tensors.len(), a.tensors.len());
+    let values = |t: &candle_core::Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    for (name, tensor) in &mean.tensors {
+        let (x, y) = (values(&a.tensors[name]), values(&b.tensors[name]));
+        let gap = values(tensor)
+            .iter()
+            .zip(x.iter().zip(&y))
+            .map(|(m, (x, y))| (m - (x + y) / 2.0).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            gap <= 1e-6,
+            "{name} is the mean of the runs' (off by {gap})"
+        );
+    }
+    let meta = mean.meta.as_ref().unwrap();
+    let ingredients = meta.training["soup"].as_array().unwrap();
+    assert_eq!(ingredients.len(), 2);
+    assert_eq!(ingredients[1]["seed"], 1);
+    assert!(ingredients[0]["validation"]["loss"].as_f64().is_some());
+    let calibration: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(output.join("calibration.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        calibration["provenance"]["revision"], meta.weights_sha256,
+        "the temperatures name the soup's weights"
+    );
+    ruling_encoder::EncoderEngine::load(&output, Default::default()).unwrap();
+
+    // Runs of different recipes are refused, naming the setting, and nothing is written.
+    let other = scratch.path().join("other");
+    let mut other_recipe = train(&data, &other, &base, 20, 10);
+    other_recipe.args(["--weight-decay", "0.1"]);
+    run(other_recipe);
+    let refused = scratch.path().join("refused");
+    let message = fails(soup(&refused, &[&seed0, &other]));
+    assert!(message.contains("weight_decay"), "{message}");
+    assert!(!refused.exists(), "nothing written");
+    // So is a base encoder, which has no training record.
+    let message = fails(soup(&refused, &[&seed0, &base]));
+    assert!(message.contains("not a trained checkpoint"), "{message}");
+    assert!(!refused.exists());
 }
 
 #[test]

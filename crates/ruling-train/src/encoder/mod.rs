@@ -14,6 +14,9 @@
 //! gives bit-identical weights to a run that was never stopped.
 
 mod examples;
+mod soup;
+
+pub use soup::{SoupArgs, run as soup};
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -117,6 +120,9 @@ pub struct TrainConfig {
     #[serde(default)]
     pub caps: std::collections::BTreeMap<String, usize>,
     pub data: Vec<DataFile>,
+    /// `--weight`: multipliers of record weights by source.
+    #[serde(default)]
+    pub weights: std::collections::BTreeMap<String, f64>,
     pub records_sha256: String,
     pub steps: u64,
     pub batch_tokens: usize,
@@ -148,6 +154,7 @@ impl state::RunConfig for TrainConfig {
             per_source,
             caps,
             data,
+            weights,
             records_sha256,
             batch_tokens,
             learning_rate,
@@ -169,11 +176,7 @@ impl state::RunConfig for TrainConfig {
 
 pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
     let started = Instant::now();
-    let dtype = match args.dtype.as_str() {
-        "f16" => DType::F16,
-        "f32" => DType::F32,
-        other => bail!("--dtype {other:?}: expected f16 or f32"),
-    };
+    let dtype = weights_dtype(&args.dtype)?;
     let base = open_base(&args.base, args.cache_dir.as_deref())?;
     let (datasets, gathered) = args.data.gather(args.seed)?;
     let config = TrainConfig::new(args, &datasets, &base, &gathered);
@@ -219,8 +222,7 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
 
     let best = std::fs::read(state::best_weights(&args.output))?;
     write_checkpoint(&args.output, &base, &best, &config, &state)?;
-    let fitted_on: Vec<&Example> = sides.valid.iter().chain(&sides.calibration).collect();
-    calibrate(&args.output, &fitted_on, &Device::Cpu)?;
+    calibrate(&args.output, &sides.unseen(), &Device::Cpu)?;
     eprintln!(
         "done: best validation loss {:.4} at step {} ({} steps, {} tokens, {:.0?}); checkpoint \
          in {}",
@@ -232,6 +234,15 @@ pub fn run(args: &EncoderArgs) -> anyhow::Result<()> {
         args.output.display()
     );
     Ok(())
+}
+
+/// The precision a checkpoint's weights are written at, by its `--dtype` name.
+fn weights_dtype(name: &str) -> anyhow::Result<DType> {
+    match name {
+        "f16" => Ok(DType::F16),
+        "f32" => Ok(DType::F32),
+        other => bail!("--dtype {other:?}: expected f16 or f32"),
+    }
 }
 
 impl TrainConfig {
@@ -249,6 +260,7 @@ impl TrainConfig {
             per_source: args.data.per_source,
             caps: args.data.caps.iter().cloned().collect(),
             data: gathered.files.clone(),
+            weights: args.data.weights.iter().cloned().collect(),
             records_sha256: gathered.records_sha256.clone(),
             steps: args.steps,
             batch_tokens: args.batch_tokens,
@@ -277,9 +289,20 @@ struct Sides {
     valid_families: Vec<String>,
     /// Never trained on nor validated: only the temperatures see them.
     calibration: Vec<Example>,
+    calibration_families: Vec<String>,
 }
 
 impl Sides {
+    /// The examples no training step saw (validation, then calibration), with their families.
+    fn unseen(&self) -> Vec<(&Example, &str)> {
+        let valid = self.valid.iter().zip(&self.valid_families);
+        let calibration = self.calibration.iter().zip(&self.calibration_families);
+        valid
+            .chain(calibration)
+            .map(|(e, f)| (e, f.as_str()))
+            .collect()
+    }
+
     fn new(
         records: Vec<ruling_corpus::Record>,
         config: &TrainConfig,
@@ -294,7 +317,8 @@ impl Sides {
         let (valid, valid_families, _) = examples::examples(&split.valid, &base.tokenizer, limits)?;
         let (valid, valid_families) =
             sample_valid(valid, valid_families, config.valid_records, config.seed);
-        let (calibration, _, _) = examples::examples(&split.calibration, &base.tokenizer, limits)?;
+        let (calibration, calibration_families, _) =
+            examples::examples(&split.calibration, &base.tokenizer, limits)?;
         if !calibration.is_empty() {
             eprintln!(
                 "data: {} records kept for calibration only ({} examples)",
@@ -327,6 +351,7 @@ impl Sides {
             valid,
             valid_families,
             calibration,
+            calibration_families,
         })
     }
 }
@@ -373,8 +398,13 @@ impl steps::Trainer for EncoderTrainer<'_> {
     }
 
     fn validate(&self, step: u64) -> anyhow::Result<Validation> {
+        let model = DecisionModel::from_tensors(
+            self.trainable.tensors()?,
+            self.trainable.config(),
+            Kernels::Fused,
+        )?;
         validate(
-            self.trainable,
+            &model,
             &self.sides.valid,
             &self.sides.valid_families,
             step,
@@ -494,16 +524,14 @@ fn sample_valid(
 }
 
 /// Loss, accuracy, ECE and coverage at 5% error over the validation questions, with the
-/// serving kernels on the current weights.
+/// serving kernels.
 fn validate(
-    trainable: &Trainable,
+    model: &DecisionModel,
     valid: &[Example],
     families: &[String],
     step: u64,
     device: &Device,
 ) -> anyhow::Result<Validation> {
-    let model =
-        DecisionModel::from_tensors(trainable.tensors()?, trainable.config(), Kernels::Fused)?;
     let mut tally = state::Tally::default();
     let mut start = 0;
     while start < valid.len() {
@@ -515,7 +543,7 @@ fn validate(
         }
         let examples: Vec<&Example> = valid[start..end].iter().collect();
         let batch = TrainBatch::new(&examples, device)?;
-        let log_probs = batch.log_probs(&model)?;
+        let log_probs = batch.log_probs(model)?;
         let per_question: Vec<f32> = batch.cross_entropy(&log_probs)?.to_vec1()?;
         let log_probs: Vec<Vec<f32>> = log_probs.to_vec2()?;
         let mut q = 0;
@@ -565,8 +593,9 @@ fn write_checkpoint(
 /// calibration (development rows the model never trained on), scored by the checkpoint exactly
 /// as it will be served, and write them as the checkpoint's `calibration.json`, which the engine
 /// applies by default. A temperature is kept only where a likelihood-ratio test supports it
-/// (`ruling_calibration::FitOptions`).
-fn calibrate(output: &Path, examples: &[&Example], device: &Device) -> anyhow::Result<()> {
+/// (`ruling_calibration::FitOptions`). The log gives each type's ECE on those questions before
+/// and after, and each family's with 50 questions or more after.
+fn calibrate(output: &Path, examples: &[(&Example, &str)], device: &Device) -> anyhow::Result<()> {
     use ruling_calibration::{
         AnswerType, CHI_SQUARED_1_95, Calibration, FitOptions, LabelledLogits, Target,
         fit_temperatures_with,
@@ -578,12 +607,15 @@ fn calibrate(output: &Path, examples: &[&Example], device: &Device) -> anyhow::R
         .context("the written checkpoint has no decision.json")?;
     let model = files.serving_model(ruling_encoder::EncoderOptions::default().kernels)?;
     let mut samples = Vec::new();
+    let mut families = Vec::new();
     for chunk in examples.chunks(32) {
-        let batch = TrainBatch::new(chunk, device)?;
+        let batch_examples: Vec<&Example> = chunk.iter().map(|(e, _)| *e).collect();
+        let batch = TrainBatch::new(&batch_examples, device)?;
         let log_probs: Vec<Vec<f32>> = batch.log_probs(&model)?.to_vec2()?;
         let mut q = 0;
-        for example in chunk {
+        for (example, family) in chunk {
             for (target, kind) in example.targets.iter().zip(&example.kinds) {
+                families.push(*family);
                 let logits = log_probs[q][..target.len()]
                     .iter()
                     .map(|&l| f64::from(l))
@@ -605,36 +637,50 @@ fn calibrate(output: &Path, examples: &[&Example], device: &Device) -> anyhow::R
     calibration.save(output.join(ruling_encoder::checkpoint::CALIBRATION_FILE))?;
     eprintln!("calibration: from {} unseen questions", samples.len());
     for kind in AnswerType::ALL {
+        let temperature = calibration.temperature(kind);
         let of_kind: Vec<&LabelledLogits> = samples
             .iter()
             .filter(|(k, _)| *k == kind)
             .map(|(_, s)| s)
             .collect();
-        let temperature = calibration.temperature(kind);
         if of_kind.is_empty() {
             continue;
         }
+        let at =
+            |t: f64| -> Vec<(&LabelledLogits, f64)> { of_kind.iter().map(|s| (*s, t)).collect() };
         eprintln!(
             "calibration: {kind} temperature {temperature:.3} over {} questions, ECE {:.3} before, \
              {:.3} after",
             of_kind.len(),
-            unseen_ece(&of_kind, 1.0)?,
-            unseen_ece(&of_kind, temperature)?
+            unseen_ece(&at(1.0))?,
+            unseen_ece(&at(temperature))?
+        );
+    }
+    let mut by_family: std::collections::BTreeMap<&str, Vec<(&LabelledLogits, f64)>> =
+        std::collections::BTreeMap::new();
+    for ((kind, sample), family) in samples.iter().zip(&families) {
+        by_family
+            .entry(family)
+            .or_default()
+            .push((sample, calibration.temperature(*kind)));
+    }
+    for (family, of_family) in by_family.iter().filter(|(_, v)| v.len() >= 50) {
+        eprintln!(
+            "calibration: {family} over {} unseen questions, ECE {:.3} after",
+            of_family.len(),
+            unseen_ece(of_family)?
         );
     }
     Ok(())
 }
 
-/// The expected calibration error (the evaluator's bins) of the top answer of `samples` at `temperature`,
-/// right when it is the target's own top answer.
-fn unseen_ece(
-    samples: &[&ruling_calibration::LabelledLogits],
-    temperature: f64,
-) -> anyhow::Result<f64> {
+/// The expected calibration error (the evaluator's bins) of the top answer of each sample at
+/// its temperature, right when it is the target's own top answer.
+fn unseen_ece(samples: &[(&ruling_calibration::LabelledLogits, f64)]) -> anyhow::Result<f64> {
     let mut confidences = Vec::with_capacity(samples.len());
     let mut correct = Vec::with_capacity(samples.len());
-    for sample in samples {
-        let probs = ruling_calibration::softmax_with_temperature(&sample.logits, temperature)?;
+    for (sample, temperature) in samples {
+        let probs = ruling_calibration::softmax_with_temperature(&sample.logits, *temperature)?;
         let predicted = argmax_or_first(&probs);
         confidences.push(probs[predicted]);
         let right = match &sample.target {
