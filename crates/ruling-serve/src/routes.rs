@@ -26,10 +26,11 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tower_http::decompression::RequestDecompressionLayer;
 
+use crate::config::Config;
 use crate::error::ApiError;
-use crate::queue::{Failed, Job, Rejected};
+use crate::queue::{Failed, Job, Outcome, Rejected};
 use crate::request_id::RequestId;
-use crate::state::AppState;
+use crate::state::{AppState, Ready};
 use crate::{auth, body, metrics, multipart, openapi, request_id};
 
 /// Bodies up to this size are validated on the async thread; larger ones on the blocking pool.
@@ -130,35 +131,18 @@ async fn models(State(state): State<AppState>) -> Result<Json<ModelsList>, ApiEr
     Ok(Json(ModelsList { models }))
 }
 
+/// `POST /v1/systemone`: read and validate the request, queue it for its model's worker, and
+/// answer within the deadline (the client going away stops the work).
 async fn system_one(
     State(state): State<AppState>,
     Extension(RequestId(request_id)): Extension<RequestId>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let started = Instant::now();
     let config = state.config();
-    let deadline = started + config.timeout;
+    let deadline = Instant::now() + config.timeout;
     let ready = state.require_ready()?;
-    let bytes = tokio::time::timeout(
-        config.body_timeout,
-        body::read(&headers, body, config.max_body_bytes),
-    )
-    .await
-    .map_err(|_| ApiError::BodyTimedOut {
-        after: config.body_timeout,
-    })??;
-
-    // Adapters change weights, not capabilities: the base's hold for every served name.
-    let valid = parse(&headers, bytes, ready.base().info().capabilities).await?;
-    let Some(model) = ready.model(valid.model()) else {
-        return Err(unknown_model(valid.model(), &ready.name_list()));
-    };
-    let model = Arc::clone(model);
-    let asked = valid.questions().len();
-    if asked > config.max_questions {
-        return Err(too_many_questions(asked, config.max_questions));
-    }
+    let (model, valid) = read_request(ready, config, &headers, body).await?;
 
     let (reply, answer) = oneshot::channel();
     let cancel = Cancel::with_deadline(deadline).allowing(config.timeout);
@@ -182,21 +166,53 @@ async fn system_one(
         }
         Err(Rejected::Closed) => return Err(ApiError::ShuttingDown),
     }
-    let timed_out = || {
-        state.metrics().reject("timeout");
-        ApiError::TimedOut {
-            after: config.timeout,
-            retry_after: ready.pool.retry_after(),
-        }
-    };
     // Dropping `answer` (on timeout, or when the client goes and this future with it) tells the
     // worker to skip the job if it has not started it, and the guard above to stop it if it
     // has.
-    let outcome = match tokio::time::timeout_at(deadline.into(), answer).await {
-        Ok(Ok(outcome)) => outcome,
+    match tokio::time::timeout_at(deadline.into(), answer).await {
+        Ok(Ok(outcome)) => respond(&state, outcome),
         // The worker drops a job whose deadline passed while it waited.
-        Ok(Err(_)) | Err(_) => return Err(timed_out()),
+        Ok(Err(_)) | Err(_) => {
+            state.metrics().reject("timeout");
+            Err(ApiError::TimedOut {
+                after: config.timeout,
+                retry_after: ready.pool.retry_after(),
+            })
+        }
+    }
+}
+
+/// The body, read within its time limit, validated against the served base's capabilities,
+/// and the model it names; refused when it asks more questions than the server takes.
+async fn read_request(
+    ready: &Ready,
+    config: &Config,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Arc<ruling_core::Ruling>, ValidRequest), ApiError> {
+    let bytes = tokio::time::timeout(
+        config.body_timeout,
+        body::read(headers, body, config.max_body_bytes),
+    )
+    .await
+    .map_err(|_| ApiError::BodyTimedOut {
+        after: config.body_timeout,
+    })??;
+    // Adapters change weights, not capabilities: the base's hold for every served name.
+    let valid = parse(headers, bytes, ready.base().info().capabilities).await?;
+    let Some(model) = ready.model(valid.model()) else {
+        return Err(unknown_model(valid.model(), &ready.name_list()));
     };
+    let asked = valid.questions().len();
+    if asked > config.max_questions {
+        return Err(too_many_questions(asked, config.max_questions));
+    }
+    Ok((Arc::clone(model), valid))
+}
+
+/// The worker's outcome as the HTTP response: the answers with their token counts counted and
+/// the queue and engine times in `server-timing`, or the error.
+fn respond(state: &AppState, outcome: Outcome) -> Result<Response, ApiError> {
     match outcome {
         Ok(answered) => {
             let usage = answered.response.usage;
