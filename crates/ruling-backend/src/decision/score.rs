@@ -239,60 +239,23 @@ impl<B: Backend> DecoderEngine<B> {
         let mut out: Vec<Option<BranchLogits>> = vec![None; passes.len()];
         for ((base, stem), members) in groups {
             let prefix = self.base_prefix(bases, base, cancel)?;
-            let prefix = prefix.as_ref();
-            let branches: Vec<Branch<'_>> = members
-                .iter()
-                .map(|&i| Branch {
-                    tokens: &passes[i].tokens,
-                    codes: &self.codes.ids()[..passes[i].keys.len()],
-                })
-                .collect();
             let scored = match stem {
-                None => self
-                    .backend
-                    .score_branches_until(prefix, &branches, cancel)?,
-                Some(s) => {
-                    if !extended.encoded.contains_key(&s) && !extended.unsupported {
-                        cancel.check()?;
-                        match self.backend.extend_prefix(prefix, &stems[s])? {
-                            Some(encoded) => {
-                                extended.tokens += stems[s].len();
-                                extended.encoded.insert(s, encoded);
-                            }
-                            None => extended.unsupported = true,
-                        }
-                    }
-                    match extended.encoded.get(&s) {
-                        Some(stemmed) => {
-                            let scored = self
-                                .backend
-                                .score_branches_until(stemmed, &branches, cancel)?;
-                            if self.options.adaptive.is_none() {
-                                extended.encoded.remove(&s);
-                            }
-                            scored
-                        }
-                        None => {
-                            // The backend cannot extend a prefix: whole branches, the stem
-                            // in each.
-                            let whole: Vec<Vec<u32>> = members
-                                .iter()
-                                .map(|&i| [stems[s].as_slice(), &passes[i].tokens].concat())
-                                .collect();
-                            extended.tokens += stems[s].len() * members.len();
-                            let branches: Vec<Branch<'_>> = members
-                                .iter()
-                                .zip(&whole)
-                                .map(|(&i, tokens)| Branch {
-                                    tokens,
-                                    codes: &self.codes.ids()[..passes[i].keys.len()],
-                                })
-                                .collect();
-                            self.backend
-                                .score_branches_until(prefix, &branches, cancel)?
-                        }
-                    }
+                None => {
+                    let branches: Vec<Branch<'_>> = members
+                        .iter()
+                        .map(|&i| self.branch(&passes[i], &passes[i].tokens))
+                        .collect();
+                    self.backend
+                        .score_branches_until(&prefix, &branches, cancel)?
                 }
+                Some(s) => self.score_stemmed(
+                    &prefix,
+                    &stems[s],
+                    s,
+                    members.iter().map(|&i| &passes[i]).collect(),
+                    extended,
+                    cancel,
+                )?,
             };
             for (&index, logits) in members.iter().zip(scored) {
                 out[index] = Some(logits);
@@ -308,6 +271,65 @@ impl<B: Backend> DecoderEngine<B> {
                 })
             })
             .collect()
+    }
+
+    /// `pass`'s branch over `tokens`, read at the codes of its options.
+    fn branch<'a>(&'a self, pass: &Pass, tokens: &'a [u32]) -> Branch<'a> {
+        Branch {
+            tokens,
+            codes: &self.codes.ids()[..pass.keys.len()],
+        }
+    }
+
+    /// Passes that share the stem numbered `index` (`stem`, its tokens), scored against
+    /// `prefix` extended by it: the extension is encoded on first use and kept for later rounds
+    /// when rotations are adaptive; a backend that cannot extend a prefix scores whole branches
+    /// with the stem in each.
+    fn score_stemmed(
+        &self,
+        prefix: &B::Prefix,
+        stem: &[u32],
+        index: usize,
+        members: Vec<&Pass>,
+        extended: &mut Stems<B::Prefix>,
+        cancel: &Cancel,
+    ) -> Result<Vec<BranchLogits>, EngineError> {
+        if !extended.encoded.contains_key(&index) && !extended.unsupported {
+            cancel.check()?;
+            match self.backend.extend_prefix(prefix, stem)? {
+                Some(encoded) => {
+                    extended.tokens += stem.len();
+                    extended.encoded.insert(index, encoded);
+                }
+                None => extended.unsupported = true,
+            }
+        }
+        if let Some(stemmed) = extended.encoded.get(&index) {
+            let branches: Vec<Branch<'_>> = members
+                .iter()
+                .map(|pass| self.branch(pass, &pass.tokens))
+                .collect();
+            let scored = self
+                .backend
+                .score_branches_until(stemmed, &branches, cancel)?;
+            if self.options.adaptive.is_none() {
+                extended.encoded.remove(&index);
+            }
+            return Ok(scored);
+        }
+        let whole: Vec<Vec<u32>> = members
+            .iter()
+            .map(|pass| [stem, pass.tokens.as_slice()].concat())
+            .collect();
+        extended.tokens += stem.len() * members.len();
+        let branches: Vec<Branch<'_>> = members
+            .iter()
+            .zip(&whole)
+            .map(|(pass, tokens)| self.branch(pass, tokens))
+            .collect();
+        Ok(self
+            .backend
+            .score_branches_until(prefix, &branches, cancel)?)
     }
 
     /// The encoded prefix `base` names: the state's, or a question-first head from the prefix
