@@ -253,13 +253,42 @@ fn temperatures_text(t: &Temperatures) -> String {
 
 /// The markdown text of a report.
 pub fn render(report: &Report) -> String {
-    let run = &report.run;
     let mut out = String::new();
     let _ = writeln!(out, "# Evaluation report\n");
+    let _ = writeln!(out, "{}\n", run_line(&report.run));
     let _ = writeln!(
         out,
+        "Calibrated column: {}.\n",
+        calibration_text(&report.calibration)
+    );
+    let _ = writeln!(
+        out,
+        "Columns (one traced pass per record; `docs/eval.md` has the exact rules): **raw** is \
+         the options in the given order with no prior; **prior-corrected** the same order with \
+         the content-free prior subtracted (runs with `--prior` only); **rotated** the mean \
+         over every shown order in log space, as the engine folds them (prior-corrected when \
+         the run has the prior); **calibrated** the rotated scores divided by the question \
+         type's temperature. Confidence is the largest probability; ECE over {} equal bins; \
+         coverage is the largest share answered, most confident first, at most {:.0}% wrong; \
+         flip rate compares the options as given and reversed (choice and score: a second \
+         request with reversed options; noul: the engine's no-first order, traced when \
+         rotations >= 2; a temperature never moves an argmax, so calibrated flips as rotated \
+         does).\n",
+        report.ece_bins,
+        report.coverage_error * 100.0
+    );
+    render_calibration_effects(&mut out, &report.datasets);
+    for dataset in &report.datasets {
+        render_dataset(&mut out, dataset);
+    }
+    out
+}
+
+/// The run's settings: model, revision, adapter, mode, rotations, prior, split, seed.
+fn run_line(run: &RunManifest) -> String {
+    format!(
         "Model `{}` (id `{}`, revision `{}`{}), {}{}; rotations {}, prior {}; split **{}**, \
-         seed {}; reversal requests {}.\n",
+         seed {}; reversal requests {}.",
         run.model,
         run.provenance.model_id,
         run.provenance.revision.as_deref().unwrap_or("none"),
@@ -278,8 +307,12 @@ pub fn render(report: &Report) -> String {
         run.split,
         run.seed,
         if run.reversal { "on" } else { "off" },
-    );
-    let calibration = match &report.calibration {
+    )
+}
+
+/// Which temperatures the calibrated column used, and what they are worth.
+fn calibration_text(calibration: &CalibrationUsed) -> String {
+    match calibration {
         CalibrationUsed::File {
             path,
             temperatures,
@@ -318,29 +351,7 @@ pub fn render(report: &Report) -> String {
             temperatures_text(temperatures)
         ),
         CalibrationUsed::None { reason } => format!("none ({reason})"),
-    };
-    let _ = writeln!(out, "Calibrated column: {calibration}.\n");
-    let _ = writeln!(
-        out,
-        "Columns (one traced pass per record; `docs/eval.md` has the exact rules): **raw** is \
-         the options in the given order with no prior; **prior-corrected** the same order with \
-         the content-free prior subtracted (runs with `--prior` only); **rotated** the mean \
-         over every shown order in log space, as the engine folds them (prior-corrected when \
-         the run has the prior); **calibrated** the rotated scores divided by the question \
-         type's temperature. Confidence is the largest probability; ECE over {} equal bins; \
-         coverage is the largest share answered, most confident first, at most {:.0}% wrong; \
-         flip rate compares the options as given and reversed (choice and score: a second \
-         request with reversed options; noul: the engine's no-first order, traced when \
-         rotations >= 2; a temperature never moves an argmax, so calibrated flips as rotated \
-         does).\n",
-        report.ece_bins,
-        report.coverage_error * 100.0
-    );
-    render_calibration_effects(&mut out, &report.datasets);
-    for dataset in &report.datasets {
-        render_dataset(&mut out, dataset);
     }
-    out
 }
 
 fn interval_text(i: &BootstrapInterval) -> String {

@@ -327,6 +327,44 @@ fn evaluate_dataset(
     records: &[Record],
     path: &Path,
 ) -> anyhow::Result<()> {
+    let pending = pending_records(job.dataset, records, path)?;
+    let total = records.len();
+    let already = total - pending.len();
+    if pending.is_empty() {
+        eprintln!("{}: all {total} records already done", job.dataset);
+        return Ok(());
+    }
+    let bar = progress_bar(job.dataset, total as u64, already as u64);
+    let mut out = Appender::open(path)?;
+    let started = Instant::now();
+    let mut count = 0usize;
+    let evaluated = evaluate_in_parallel(job, &pending, args.workers as usize, |line| {
+        out.append(&line)?;
+        count += 1;
+        bar.inc(1);
+        if bar.is_hidden()
+            && (count.is_multiple_of(args.log_every.max(1)) || count == pending.len())
+        {
+            log_progress(job.dataset, already + count, total, count, started);
+        }
+        Ok(())
+    });
+    bar.finish_and_clear();
+    evaluated?;
+    if !bar.is_hidden() {
+        log_progress(job.dataset, total, total, pending.len(), started);
+    }
+    Ok(())
+}
+
+/// The records of `dataset` its results file at `path` does not hold yet, in order; an
+/// unterminated last line (a run cut short) is dropped first, and a record without an id, or
+/// with one that repeats, is refused.
+fn pending_records<'r>(
+    dataset: &str,
+    records: &'r [Record],
+    path: &Path,
+) -> anyhow::Result<Vec<&'r Record>> {
     let existing = read_results(path)?;
     let dropped = repair(path, &existing)?;
     if dropped > 0 {
@@ -343,29 +381,32 @@ fn evaluate_dataset(
         let id = record
             .id
             .as_deref()
-            .with_context(|| format!("a {} record has no id", job.dataset))?;
-        ensure!(ids.insert(id), "{}: record id {id:?} repeats", job.dataset);
+            .with_context(|| format!("a {dataset} record has no id"))?;
+        ensure!(ids.insert(id), "{dataset}: record id {id:?} repeats");
         if !done.contains(id) {
             pending.push(record);
         }
     }
-    let total = records.len();
-    let already = total - pending.len();
-    if pending.is_empty() {
-        eprintln!("{}: all {total} records already done", job.dataset);
-        return Ok(());
-    }
-    let bar = progress_bar(job.dataset, total as u64, already as u64);
-    let mut out = Appender::open(path)?;
+    Ok(pending)
+}
+
+/// Evaluate `pending` on `workers` threads, handing each result line to `each` on this thread
+/// as it comes (not in record order). The first error, a record's or `each`'s, stops the
+/// workers after the records they are on, and is returned.
+fn evaluate_in_parallel(
+    job: &Job<'_>,
+    pending: &[&Record],
+    workers: usize,
+    mut each: impl FnMut(ResultLine) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let workers = (args.workers as usize).min(pending.len());
-    let started = Instant::now();
+    let workers = workers.clamp(1, pending.len().max(1));
     let (sender, receiver) = mpsc::sync_channel::<anyhow::Result<ResultLine>>(workers * 2);
-    std::thread::scope(|scope| -> anyhow::Result<()> {
+    std::thread::scope(|scope| {
         for _ in 0..workers {
             let sender = sender.clone();
-            let (next, stop, pending) = (&next, &stop, &pending);
+            let (next, stop) = (&next, &stop);
             scope.spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let Some(record) = pending.get(next.fetch_add(1, Ordering::Relaxed)) else {
@@ -381,35 +422,22 @@ fn evaluate_dataset(
         }
         drop(sender);
         let mut first_error = None;
-        let mut count = 0usize;
+        // After a record fails, the lines already evaluated are still handed on; after `each`
+        // fails, none is.
+        let mut each_failed = false;
         for line in receiver {
-            match line {
-                Ok(line) => {
-                    out.append(&line)?;
-                    count += 1;
-                    bar.inc(1);
-                    if bar.is_hidden()
-                        && (count.is_multiple_of(args.log_every.max(1)) || count == pending.len())
-                    {
-                        log_progress(job.dataset, already + count, total, count, started);
-                    }
-                }
-                Err(error) => {
-                    stop.store(true, Ordering::Relaxed);
-                    first_error.get_or_insert(error);
-                }
+            let handed = match line {
+                Ok(line) if !each_failed => each(line).inspect_err(|_| each_failed = true),
+                Ok(_) => Ok(()),
+                Err(error) => Err(error),
+            };
+            if let Err(error) = handed {
+                stop.store(true, Ordering::Relaxed);
+                first_error.get_or_insert(error);
             }
         }
-        bar.finish_and_clear();
-        match first_error {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
-    })?;
-    if !bar.is_hidden() {
-        log_progress(job.dataset, total, total, pending.len(), started);
-    }
-    Ok(())
+        first_error.map_or(Ok(()), Err)
+    })
 }
 
 fn progress_bar(dataset: &str, total: u64, done: u64) -> ProgressBar {
