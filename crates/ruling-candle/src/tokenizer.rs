@@ -341,44 +341,16 @@ impl TextTokenizer {
             .map(|(index, merge)| split_merge(index, merge))
             .collect::<Result<Vec<_>, _>>()?;
 
-        // Tokens llama.cpp matches in raw text before pre-tokenizing (its
-        // `cache_special_tokens`): control, user-defined and unknown ones.
-        let mut added = Vec::new();
-        if let Some(types) = content.metadata.get(keys::TOKEN_TYPE) {
-            let types = as_array(keys::TOKEN_TYPE, types)?;
-            for (token, ty) in tokens.iter().zip(types) {
-                match as_int(keys::TOKEN_TYPE, ty)? {
-                    TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN => {
-                        added.push(AddedToken::from(*token, true).normalized(false));
-                    }
-                    TOKEN_TYPE_USER_DEFINED => {
-                        added.push(AddedToken::from(*token, false).normalized(false));
-                    }
-                    _ => {}
-                }
-            }
-        }
+        let added = added_tokens(content, &tokens)?;
 
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .ignore_merges(pre.ignore_merges())
             .build()
             .map_err(|source| TokenizerError::Build { source })?;
-        let mut splits: Vec<PreTokenizerWrapper> = Vec::new();
-        for regex in pre.regexes() {
-            let split = Split::new(
-                SplitPattern::Regex((*regex).to_owned()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(|source| TokenizerError::Build { source })?;
-            splits.push(split.into());
-        }
-        splits.push(ByteLevel::new(false, false, false).into());
-
         let mut inner = tokenizers::Tokenizer::new(bpe);
         inner
-            .with_pre_tokenizer(Some(Sequence::new(splits)))
+            .with_pre_tokenizer(Some(pre_tokenizer(&pre)?))
             .with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
         // Every one of these is already in the BPE vocabulary, so each keeps its GGUF id.
         let (specials, plain): (Vec<AddedToken>, Vec<AddedToken>) =
@@ -536,6 +508,43 @@ impl TextTokenizer {
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
+}
+
+/// The tokens llama.cpp matches in raw text before pre-tokenizing (its
+/// `cache_special_tokens`): control and unknown ones as special, user-defined ones as plain.
+fn added_tokens(content: &Content, tokens: &[&str]) -> Result<Vec<AddedToken>, TokenizerError> {
+    let Some(types) = content.metadata.get(keys::TOKEN_TYPE) else {
+        return Ok(Vec::new());
+    };
+    let mut added = Vec::new();
+    for (token, ty) in tokens.iter().zip(as_array(keys::TOKEN_TYPE, types)?) {
+        match as_int(keys::TOKEN_TYPE, ty)? {
+            TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN => {
+                added.push(AddedToken::from(*token, true).normalized(false));
+            }
+            TOKEN_TYPE_USER_DEFINED => {
+                added.push(AddedToken::from(*token, false).normalized(false));
+            }
+            _ => {}
+        }
+    }
+    Ok(added)
+}
+
+/// The pre-tokenizer's regex splits, each piece isolated, then GPT-2's byte-level mapping.
+fn pre_tokenizer(pre: &PreTokenizer) -> Result<Sequence, TokenizerError> {
+    let mut splits: Vec<PreTokenizerWrapper> = Vec::new();
+    for regex in pre.regexes() {
+        let split = Split::new(
+            SplitPattern::Regex((*regex).to_owned()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|source| TokenizerError::Build { source })?;
+        splits.push(split.into());
+    }
+    splits.push(ByteLevel::new(false, false, false).into());
+    Ok(Sequence::new(splits))
 }
 
 #[cfg(test)]
