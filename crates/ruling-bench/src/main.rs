@@ -384,63 +384,14 @@ fn measure<B: Backend + Generator + 'static>(
     args: &Args,
 ) -> anyhow::Result<(Run, Vec<(RequestRow, Work)>)> {
     let state = state_text(backend.as_ref(), tokenizer, args.state_tokens)?;
-    let log = Arc::new(Mutex::new(Work::default()));
-    let engine = |rotations: u32,
-                  adaptive: Option<ruling_backend::AdaptiveRotations>,
-                  shared_stems: bool| {
-        DecoderEngine::new(
-            Recorder {
-                inner: Arc::clone(&backend),
-                log: Arc::clone(&log),
-            },
-            EngineOptions {
-                rotations,
-                prefix_cache_bytes: 0,
-                max_request_tokens: 1 << 20,
-                adaptive,
-                shared_stems,
-                ..EngineOptions::default()
-            },
-            None,
-        )
-    };
-    let one = engine(1, None, true)?;
-    let whole = engine(EVERY_ROTATION, None, false)?;
-    let every = engine(EVERY_ROTATION, None, true)?;
-    let adaptive = engine(
-        EVERY_ROTATION,
-        Some(
-            ruling_backend::AdaptiveRotations::after_two(args.adaptive_margin)
-                .map_err(anyhow::Error::msg)?,
-        ),
-        true,
-    )?;
-
-    // Prefill: the request's prefix alone (recorded from a one-question request).
-    let body = request(&state, 1)?;
-    let valid = ruling_schema::parse_request(&body, &one.info().capabilities)?;
-    one.evaluate(&valid)?;
-    let prefix = log.lock().map(|l| l.prefix.clone()).unwrap_or_default();
-    let mut times = Vec::new();
-    for _ in 0..3 {
-        let started = Instant::now();
-        backend.encode_prefix(&prefix)?;
-        times.push(seconds(started));
-    }
-    let prefill_s = median(&mut times);
-
-    let mut requests = Vec::new();
+    let engines = Engines::new(&backend, args.adaptive_margin)?;
+    let (prefill_tokens, prefill_s) = prefill(&engines, backend.as_ref(), &state)?;
     let mut work = Vec::new();
     for (questions, every_rotation, stops, stems) in SHAPES {
-        let engine = match (every_rotation, stops, stems) {
-            (false, _, _) => &one,
-            (true, true, _) => &adaptive,
-            (true, false, false) => &whole,
-            (true, false, true) => &every,
-        };
+        let engine = engines.for_shape(every_rotation, stops, stems);
         let body = request(&state, questions)?;
         let valid = ruling_schema::parse_request(&body, &engine.info().capabilities)?;
-        let (seconds, recorded) = time_request(engine, &log, &valid)?;
+        let (seconds, recorded) = time_request(engine, &engines.log, &valid)?;
         let row = RequestRow {
             questions,
             every_rotation,
@@ -458,8 +409,7 @@ fn measure<B: Backend + Generator + 'static>(
             row.branches,
             row.branch_tokens
         );
-        work.push((row.clone(), recorded));
-        requests.push(row);
+        work.push((row, recorded));
     }
 
     let writing = write_rows(backend.as_ref(), model, name, args.write_tokens)?;
@@ -468,15 +418,98 @@ fn measure<B: Backend + Generator + 'static>(
             model: model.to_owned(),
             backend: name.to_owned(),
             load_s,
-            prefill_tokens: prefix.len(),
-            prefill_tokens_per_s: prefix.len() as f64 / prefill_s,
-            requests,
+            prefill_tokens,
+            prefill_tokens_per_s: prefill_tokens as f64 / prefill_s,
+            requests: work.iter().map(|(row, _)| row.clone()).collect(),
             writing,
             peak_rss_mib: 0.0,
             plain: None,
         },
         work,
     ))
+}
+
+/// The engine settings the request shapes compare, all over one backend and recording what
+/// they send it into one log.
+struct Engines<B: Backend> {
+    log: Arc<Mutex<Work>>,
+    one: DecoderEngine<Recorder<B>>,
+    whole: DecoderEngine<Recorder<B>>,
+    every: DecoderEngine<Recorder<B>>,
+    adaptive: DecoderEngine<Recorder<B>>,
+}
+
+impl<B: Backend + 'static> Engines<B> {
+    fn new(backend: &Arc<B>, adaptive_margin: f64) -> anyhow::Result<Self> {
+        let log = Arc::new(Mutex::new(Work::default()));
+        let engine = |rotations: u32,
+                      adaptive: Option<ruling_backend::AdaptiveRotations>,
+                      shared_stems: bool| {
+            DecoderEngine::new(
+                Recorder {
+                    inner: Arc::clone(backend),
+                    log: Arc::clone(&log),
+                },
+                EngineOptions {
+                    rotations,
+                    prefix_cache_bytes: 0,
+                    max_request_tokens: 1 << 20,
+                    adaptive,
+                    shared_stems,
+                    ..EngineOptions::default()
+                },
+                None,
+            )
+        };
+        let stopping = ruling_backend::AdaptiveRotations::after_two(adaptive_margin)
+            .map_err(anyhow::Error::msg)?;
+        Ok(Self {
+            one: engine(1, None, true)?,
+            whole: engine(EVERY_ROTATION, None, false)?,
+            every: engine(EVERY_ROTATION, None, true)?,
+            adaptive: engine(EVERY_ROTATION, Some(stopping), true)?,
+            log,
+        })
+    }
+
+    /// The engine for one of `SHAPES`.
+    fn for_shape(
+        &self,
+        every_rotation: bool,
+        stops: bool,
+        stems: bool,
+    ) -> &DecoderEngine<Recorder<B>> {
+        match (every_rotation, stops, stems) {
+            (false, _, _) => &self.one,
+            (true, true, _) => &self.adaptive,
+            (true, false, false) => &self.whole,
+            (true, false, true) => &self.every,
+        }
+    }
+}
+
+/// Prefill: the prefix of a one-question request, as the engine sent it, encoded alone three
+/// times; its length and the median seconds.
+fn prefill<B: Backend + 'static>(
+    engines: &Engines<B>,
+    backend: &B,
+    state: &str,
+) -> anyhow::Result<(usize, f64)> {
+    let body = request(state, 1)?;
+    let valid = ruling_schema::parse_request(&body, &engines.one.info().capabilities)?;
+    engines.one.evaluate(&valid)?;
+    let prefix = engines
+        .log
+        .lock()
+        .map(|l| l.prefix.clone())
+        .unwrap_or_default();
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        backend.encode_prefix(&prefix)?;
+        times.push(seconds(started));
+    }
+    Ok((prefix.len(), median(&mut times)))
 }
 
 /// One request through `engine`: repeated while short (at most three times, 20 s in all) and
