@@ -167,13 +167,14 @@ impl EncoderFiles {
         Ok(problems)
     }
 
-    /// The decision model for serving: the checkpoint must be trained and complete.
-    pub fn serving_model(&self, kernels: Kernels) -> Result<DecisionModel, EncoderError> {
-        if self.meta.is_none() {
+    /// The checkpoint's metadata, refused unless it is trained (has a `decision.json`) and
+    /// complete.
+    pub fn trained_meta(&self) -> Result<&CheckpointMeta, EncoderError> {
+        let Some(meta) = &self.meta else {
             return Err(EncoderError::NotTrained {
                 dir: self.dir.clone(),
             });
-        }
+        };
         let problems = self.problems(true)?;
         if !problems.is_empty() {
             return Err(EncoderError::Incomplete {
@@ -181,6 +182,12 @@ impl EncoderFiles {
                 missing: problems,
             });
         }
+        Ok(meta)
+    }
+
+    /// The decision model for serving: the checkpoint must be trained and complete.
+    pub fn serving_model(&self, kernels: Kernels) -> Result<DecisionModel, EncoderError> {
+        self.trained_meta()?;
         let vb = VarBuilder::from_tensors(self.tensors.clone(), DType::F32, &Device::Cpu);
         Ok(DecisionModel::load(vb, &self.config, kernels)?)
     }

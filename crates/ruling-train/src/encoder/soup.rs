@@ -121,20 +121,9 @@ fn write(
 fn open(dir: &Path) -> anyhow::Result<Ingredient> {
     let files = EncoderFiles::open(dir)
         .with_context(|| format!("opening the checkpoint {}", dir.display()))?;
-    let Some(meta) = &files.meta else {
-        bail!(
-            "{} is a base encoder, not a trained checkpoint: it has no decision.json",
-            dir.display()
-        );
-    };
-    let problems = files.problems(true)?;
-    if !problems.is_empty() {
-        bail!(
-            "{} is incomplete: it lacks {}",
-            dir.display(),
-            problems.join(", ")
-        );
-    }
+    let meta = files
+        .trained_meta()
+        .with_context(|| format!("{} is not a trained checkpoint to average", dir.display()))?;
     let config = meta.training.get("config").cloned().with_context(|| {
         format!(
             "{}'s decision.json records no training settings",
