@@ -32,14 +32,14 @@ mod weights;
 mod wordpiece;
 
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sha2::{Digest, Sha256};
+
+pub(crate) use ruling_models::files::sha256_hex;
 
 use tokenizer::{Layout, TrainedTokenizer};
 use weights::{Arch, Gemma3Spec, Spec};
@@ -415,33 +415,10 @@ fn pretty(value: &serde_json::Value) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Writes to a temporary name in the same directory, flushes, then renames into place, so an
-/// interrupted run leaves either the old file or the new one, never half of one.
+/// [`ruling_models::files::write_atomic`], naming the file when it fails.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().context("output path has no parent")?;
-    let name = path
-        .file_name()
-        .context("output path has no file name")?
-        .to_string_lossy();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| -> Result<()> {
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("writing {}", path.display()))
+    ruling_models::files::write_atomic(path, bytes)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// `config.json` as `save_pretrained` writes it for the architecture.

@@ -1,7 +1,9 @@
 //! The report: `docs/bench/backends.md` (three tables) and the runs as JSON beside it.
 
 use std::fmt::Write as _;
-use std::path::Path;
+
+use anyhow::Context as _;
+use ruling_models::files::write_atomic;
 
 use crate::{Args, Run, SHAPES, WriteRow, shape_name};
 
@@ -35,11 +37,13 @@ pub fn write_report(args: &Args, runs: &[Run]) -> anyhow::Result<()> {
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    write_atomic(&args.out, md.as_bytes())?;
-    write_atomic(
-        &args.out.with_extension("json"),
-        &serde_json::to_vec_pretty(runs)?,
-    )?;
+    let json = serde_json::to_vec_pretty(runs)?;
+    for (path, bytes) in [
+        (args.out.clone(), md.as_bytes()),
+        (args.out.with_extension("json"), json.as_slice()),
+    ] {
+        write_atomic(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    }
     eprintln!("bench: wrote {}", args.out.display());
     Ok(())
 }
@@ -184,11 +188,4 @@ fn ratio(over: Option<f64>, under: Option<f64>, digits: usize, unit: &str) -> St
         (Some(o), Some(u)) => format!("{:.digits$}{unit}", o / u),
         _ => "—".into(),
     }
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
 }

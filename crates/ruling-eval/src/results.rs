@@ -7,9 +7,7 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context as _, bail};
 use indexmap::IndexMap;
@@ -242,34 +240,10 @@ pub fn repair(path: &Path, read: &ReadBack) -> anyhow::Result<u64> {
     Ok(ruling_corpus::journal::repair(path, read)?)
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, renamed
-/// over `path`.
+/// [`ruling_models::files::write_atomic`], naming the file when it fails.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temporary = path.with_file_name(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = (|| -> std::io::Result<()> {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&temporary, path)
-    })();
-    if let Err(e) = written {
-        // Best effort: the write error is the one worth reporting.
-        let _ = fs::remove_file(&temporary);
-        return Err(e).with_context(|| format!("writing {}", path.display()));
-    }
-    Ok(())
+    ruling_models::files::write_atomic(path, bytes)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// A results directory read whole: its settings and every dataset's lines, in the order of
@@ -400,17 +374,6 @@ mod tests {
                 .lines
                 .is_empty()
         );
-        fs::remove_dir_all(&dir).ok();
-    }
-
-    #[test]
-    fn atomic_writes_replace_whole_files() {
-        let dir = scratch("atomic");
-        let path = dir.join("report.md");
-        write_atomic(&path, b"one").unwrap();
-        write_atomic(&path, b"two").unwrap();
-        assert_eq!(fs::read_to_string(&path).unwrap(), "two");
-        assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "no temporary left");
         fs::remove_dir_all(&dir).ok();
     }
 }

@@ -112,7 +112,6 @@ pub(crate) fn copy_verified(
 mod tests {
     use super::*;
     use crate::progress::ProgressMode;
-    use sha2::{Digest, Sha256};
 
     fn data(n: usize, seed: u8) -> Vec<u8> {
         (0..n)
@@ -125,7 +124,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let parts = [data(3 << 20, 1), data(17, 2), data(0, 3), data(1 << 20, 4)];
         let whole: Vec<u8> = parts.concat();
-        let expected = crate::digest::hex(&Sha256::digest(&whole));
+        let expected = crate::files::sha256_hex(&whole);
         let dest = dir.path().join("model.bin");
         let reporter = Reporter::new(ProgressMode::Quiet);
         let mut asm = Assembler::create(&dest, &expected, None, &reporter).expect("create");

@@ -8,15 +8,7 @@ use std::path::Path;
 use indicatif::ProgressBar;
 use sha2::{Digest, Sha256};
 
-/// Lower-case hex of a digest.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
+use crate::files::hex;
 
 /// Writes through to `inner` and hashes everything written.
 #[derive(Debug)]

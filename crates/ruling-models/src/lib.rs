@@ -16,6 +16,7 @@ pub mod cache;
 pub mod catalog;
 mod digest;
 mod error;
+pub mod files;
 mod hub;
 mod mirror;
 pub mod profile;

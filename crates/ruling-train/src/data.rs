@@ -15,6 +15,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use ruling_corpus::{HeldOutStates, Record, TrainingOptions, TrainingSource, state_key};
+use ruling_models::files::{hex, sha256_hex};
 use ruling_schema::Capabilities;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -153,7 +154,7 @@ pub fn gather(sources: &Sources) -> anyhow::Result<Gathered> {
         eprintln!("data: {} records from {}", read.len(), path.display());
         files.push(DataFile {
             path: path.clone(),
-            sha256: hex(&Sha256::digest(&bytes)),
+            sha256: sha256_hex(&bytes),
         });
         for record in &read {
             record
@@ -356,11 +357,6 @@ pub fn epoch_batches(lengths: &[usize], seed: u64, epoch: u64, budget: usize) ->
     }
     batches.shuffle(&mut rng);
     batches
-}
-
-/// Lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub fn parse_cap(text: &str) -> Result<(String, usize), String> {

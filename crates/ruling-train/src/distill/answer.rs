@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use super::write::WrittenState;
 use super::{
     ANSWER_MANIFEST, ANSWERED_FILE, DistillDir, SKIPPED_FILE, WRITTEN_FILE, content_key,
-    pin_settings, reopen, sha256_hex,
+    pin_settings, reopen,
 };
+use ruling_models::files::sha256_hex;
 
 /// Arguments of `ruling-train distill answer`.
 #[derive(Debug, Clone, clap::Args)]

@@ -31,9 +31,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use ruling_corpus::Record;
 use ruling_encoder::checkpoint::write_atomic;
+use ruling_models::files::sha256_hex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 
 pub use answer::AnswerArgs;
 pub use stats::StatsArgs;
@@ -76,10 +76,6 @@ pub fn run(command: &DistillCommand) -> anyhow::Result<()> {
 pub fn content_key(record: &Record) -> String {
     let questions = serde_json::to_string(&record.questions).expect("questions serialise");
     sha256_hex(format!("{}\n{questions}", ruling_corpus::state_key(&record.state)).as_bytes())
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    crate::data::hex(&Sha256::digest(bytes))
 }
 
 /// A stage's journal read back, with any line a killed run left unfinished cut off the file

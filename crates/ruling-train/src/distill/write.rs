@@ -15,8 +15,9 @@ use ruling_schema::{Capabilities, State};
 use serde::{Deserialize, Serialize};
 
 use super::parse::{Dropped, parse_reply};
-use super::{DistillDir, WRITE_MANIFEST, WRITTEN_FILE, pin_settings, reopen, sha256_hex};
+use super::{DistillDir, WRITE_MANIFEST, WRITTEN_FILE, pin_settings, reopen};
 use crate::data::{DataFile, sample_indices};
+use ruling_models::files::sha256_hex;
 
 /// Arguments of `ruling-train distill write`.
 #[derive(Debug, Clone, clap::Args)]
