@@ -36,10 +36,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use ruling_models::files::sha256_hex;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-
-pub(crate) use ruling_models::files::sha256_hex;
 
 use tokenizer::{Layout, TrainedTokenizer};
 use weights::{Arch, Gemma3Spec, Spec};

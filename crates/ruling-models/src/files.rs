@@ -1,5 +1,5 @@
-//! The two file chores every crate that writes results shares: naming bytes by their sha256,
-//! and writing a whole file so that no reader, and no kill, ever leaves half of one.
+//! Two file chores the crates above this one share: naming bytes by their sha256, and writing
+//! a whole file so that no reader, and no kill, ever leaves half of one.
 
 use std::fs;
 use std::io::{self, Write};

@@ -10,6 +10,7 @@ use ruling_backend::EngineError;
 use ruling_core::{CoreError, DecoderBackend, Options, Ruling};
 use ruling_corpus::journal::{Appender, read_journal};
 use ruling_corpus::{NOUL_KEYS, Record, Reference, Target};
+use ruling_models::files::sha256_hex;
 use ruling_schema::Answer;
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +19,6 @@ use super::{
     ANSWER_MANIFEST, ANSWERED_FILE, DistillDir, SKIPPED_FILE, WRITTEN_FILE, content_key,
     pin_settings, reopen,
 };
-use ruling_models::files::sha256_hex;
 
 /// Arguments of `ruling-train distill answer`.
 #[derive(Debug, Clone, clap::Args)]

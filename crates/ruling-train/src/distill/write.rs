@@ -11,13 +11,13 @@ use rand_chacha::ChaCha8Rng;
 use ruling_core::{ChatMessage, DecoderBackend, Finish, Options, Role, Sampling, Writer};
 use ruling_corpus::journal::Appender;
 use ruling_corpus::{Dataset, LoadOptions, Record, Split, state_key};
+use ruling_models::files::sha256_hex;
 use ruling_schema::{Capabilities, State};
 use serde::{Deserialize, Serialize};
 
 use super::parse::{Dropped, parse_reply};
 use super::{DistillDir, WRITE_MANIFEST, WRITTEN_FILE, pin_settings, reopen};
 use crate::data::{DataFile, sample_indices};
-use ruling_models::files::sha256_hex;
 
 /// Arguments of `ruling-train distill write`.
 #[derive(Debug, Clone, clap::Args)]
