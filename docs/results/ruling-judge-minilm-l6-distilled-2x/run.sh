@@ -3,8 +3,8 @@
 #
 #     sh docs/results/ruling-judge-minilm-l6-distilled-2x/run.sh
 #
-# Rerun the same command after a kill: the writer, the teacher and the trainer resume where they
-# stopped, and a run or an evaluation whose output is complete is not done again. Needs the
+# Rerun the same command after a kill: the writer, the teacher, the trainer and the evaluator
+# resume where they stopped, and a run or an evaluation whose output is complete is skipped. Needs the
 # release binaries (`cargo build --release -p ruling-train -p ruling-eval`). Checkpoints and
 # per-question results go under target/; the reports to commit are copied beside this file.
 set -eu
@@ -42,7 +42,6 @@ held_out() {
         return
     fi
     step "evaluating $name"
-    rm -rf "$out"
     $bin/ruling-eval run --model "encoder:$dir" \
         --dataset clinc150-20,boolq,sst5,ag-news,trec,banking77 --split held-out \
         --limit 1000 --seed 0 --dtype f32 --calibration "$dir/calibration.json" --out "$out"
