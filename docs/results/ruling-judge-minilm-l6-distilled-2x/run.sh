@@ -52,17 +52,17 @@ $bin/ruling-train distill write --dir data/distill-2 --seed 1
 step "answering the set"
 $bin/ruling-train distill answer --dir data/distill-2 --backend candle
 
+# Each run is evaluated as soon as it is trained, so a stop between runs keeps a readable report.
 mkdir -p target/judge target/eval
+held_out models/ruling-judge-minilm-l6 shipped
 # shellcheck disable=SC2086
 train f2x-seed0 0 $distilled
+held_out target/judge/f2x-seed0 f2x-seed0
 # shellcheck disable=SC2086
 train f2x-seed1 1 $distilled
-train shipped-seed1 1
-
-held_out models/ruling-judge-minilm-l6 shipped
-held_out target/judge/shipped-seed1 shipped-seed1
-held_out target/judge/f2x-seed0 f2x-seed0
 held_out target/judge/f2x-seed1 f2x-seed1
+train shipped-seed1 1
+held_out target/judge/shipped-seed1 shipped-seed1
 
 step "comparing"
 $bin/ruling-eval compare target/eval/shipped-heldout,target/eval/shipped-seed1-heldout \
