@@ -72,8 +72,8 @@ for seed in 0 1; do
     mkdir -p "$here/seed$seed/held-out"
     cp target/judge/f2x-seed$seed/decision.json target/judge/f2x-seed$seed/calibration.json \
         "$here/seed$seed/"
-    cp target/eval/f2x-seed$seed-heldout/report.md target/eval/f2x-seed$seed-heldout/report.json \
-        "$here/seed$seed/held-out/"
+    cp -r target/eval/f2x-seed$seed-heldout/report.md target/eval/f2x-seed$seed-heldout/report.json \
+        target/eval/f2x-seed$seed-heldout/figures "$here/seed$seed/held-out/"
 done
 # One set against two, reported only, when the one-set runs' results are still on the machine.
 if [ -d target/eval/distilled-seed0-heldout ] && [ -d target/eval/distilled-seed1-heldout ]; then
