@@ -13,6 +13,17 @@
 //! one matrix product (all branch rows against one `(kv_heads, prefix, head_dim)` cache), and
 //! to its own branch's keys under a causal mask; one softmax spans both parts. Grouped-query
 //! heads are folded into the rows, so keys are never repeated per query head either.
+//!
+//! This file holds the model and its forward pass; loading and weight naming live in
+//! `load`, grouping branches under a budget in `branches`, attention masks in `mask`.
+
+mod branches;
+mod load;
+mod mask;
+
+use branches::read_codes;
+pub use branches::{BranchBudget, BranchLayout, CodeLogits};
+use mask::{Block, MaskCache, Masks};
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -20,16 +31,12 @@ use std::sync::Arc;
 use candle_core::{D, DType, Device, IndexOp, Tensor};
 
 use crate::config::{Activation, DecoderConfig, RopeStyle};
-use crate::error::LoadError;
 use crate::lora::{LoraWeights, Projection, SplitMix};
-use crate::weights::{Linear, Name, Source, WeightDtype};
+use crate::weights::Linear;
 
 /// Longest run of tokens pushed through the model at once while encoding a prefix, so a long
 /// state never materialises attention scores for all of itself at once.
 pub const PREFILL_CHUNK: usize = 512;
-
-/// Positions beyond this are not given rotary tables even if the model claims more.
-const MAX_ROPE_POSITIONS: usize = 32_768;
 
 /// The keys and values of an encoded prefix, one `(kv_heads, len, head_dim)` pair per layer.
 #[derive(Debug, Clone)]
@@ -64,22 +71,6 @@ struct RmsNorm {
 }
 
 impl RmsNorm {
-    fn load(
-        source: &Source,
-        name: &Name,
-        config: &DecoderConfig,
-        device: &Device,
-    ) -> Result<Self, LoadError> {
-        let mut weight = source.dense(name, device)?;
-        if config.norm_weight_offset {
-            weight = (weight + 1.0)?;
-        }
-        Ok(Self {
-            weight,
-            eps: config.rms_norm_eps as f32,
-        })
-    }
-
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         candle_nn::ops::rms_norm(x, &self.weight, self.eps)
     }
@@ -150,57 +141,6 @@ impl Rope {
     }
 }
 
-/// A block of query tokens run through the model together, against an optional prefix.
-///
-/// `rows` rows of `width` tokens each, laid out row-major. Every row continues the same prefix
-/// at the same position (so all rows share one rotary table slice); within a row, `segments`
-/// says which tokens belong to one sequence (a packed row holds several branches end to end).
-#[derive(Debug)]
-struct Block {
-    tokens: Tensor,
-    rows: usize,
-    width: usize,
-    /// Absolute position of each token of a row.
-    positions: Vec<usize>,
-    /// Sequence id of each token of a row: tokens attend only within their own sequence.
-    segments: Vec<usize>,
-}
-
-/// How branches are laid out for one forward pass (measured in `docs/decoder.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum BranchLayout {
-    /// One batch row per branch, padded to the longest branch of its group.
-    #[default]
-    Rows,
-    /// All branches of a group end to end in one row, with a block-diagonal causal mask.
-    Packed,
-}
-
-/// Limits on one forward pass over branches.
-#[derive(Debug, Clone, Copy)]
-pub struct BranchBudget {
-    /// Most query tokens (padding included) in one pass.
-    pub max_tokens: usize,
-    /// Most attention-score bytes (queries x (prefix + own keys) x heads x 4) in one pass.
-    pub max_score_bytes: usize,
-}
-
-impl Default for BranchBudget {
-    fn default() -> Self {
-        Self {
-            max_tokens: 4096,
-            max_score_bytes: 256 << 20,
-        }
-    }
-}
-
-/// One branch's result: the logits of its codes and the log-normaliser over the vocabulary.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CodeLogits {
-    pub logits: Vec<f32>,
-    pub log_normalizer: f32,
-}
-
 /// A decoder's weights. Cloning shares every tensor (candle tensors are reference-counted),
 /// which is how one base serves several adapters.
 #[derive(Debug, Clone)]
@@ -257,150 +197,7 @@ fn softmax_grad(x: &Tensor) -> candle_core::Result<Tensor> {
     num.broadcast_div(&den)
 }
 
-fn layer_name(i: usize, gguf: &str, hf: &str) -> Name {
-    Name {
-        gguf: format!("blk.{i}.{gguf}"),
-        hf: format!("model.layers.{i}.{hf}"),
-    }
-}
-
-fn name(gguf: &str, hf: &str) -> Name {
-    Name {
-        gguf: gguf.into(),
-        hf: hf.into(),
-    }
-}
-
 impl Decoder {
-    pub(crate) fn load(
-        config: DecoderConfig,
-        source: &Source,
-        dtype: WeightDtype,
-        device: &Device,
-    ) -> Result<Self, LoadError> {
-        let embed_name = name("token_embd.weight", "model.embed_tokens.weight");
-        let embed = source.dense(&embed_name, device)?;
-        let dims = embed.dims2()?;
-        if dims.1 != config.hidden_size {
-            return Err(LoadError::TensorShape {
-                name: embed_name.hf,
-                found: vec![dims.0, dims.1],
-                expected: vec![config.vocab_size, config.hidden_size],
-            });
-        }
-        let max_positions = config.max_position_embeddings.min(MAX_ROPE_POSITIONS);
-        // One table per distinct (base, scaling): Gemma 3 has two, the others one.
-        let mut kinds: Vec<(f64, Option<f64>)> = Vec::new();
-        let mut layers = Vec::with_capacity(config.num_layers);
-        for i in 0..config.num_layers {
-            let kind = config.layer_rope(i);
-            let bits =
-                |(theta, factor): (f64, Option<f64>)| (theta.to_bits(), factor.map(f64::to_bits));
-            let rope = match kinds.iter().position(|&k| bits(k) == bits(kind)) {
-                Some(index) => index,
-                None => {
-                    kinds.push(kind);
-                    kinds.len() - 1
-                }
-            };
-            layers.push(Self::load_layer(&config, source, dtype, device, i, rope)?);
-        }
-        let ropes = kinds
-            .iter()
-            .map(|&(theta, factor)| {
-                Rope::new(theta, factor, config.head_dim, max_positions, device)
-            })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        let norm = RmsNorm::load(
-            source,
-            &name("output_norm.weight", "model.norm.weight"),
-            &config,
-            device,
-        )?;
-        let head = if config.tie_word_embeddings
-            || !source.has(&name("output.weight", "lm_head.weight"))
-        {
-            source.tied_head(&embed, dtype)?
-        } else {
-            source.linear(
-                &name("output.weight", "lm_head.weight"),
-                None,
-                dtype,
-                device,
-            )?
-        };
-        let embed = match config.embedding_scale {
-            Some(scale) => (embed * scale)?,
-            None => embed,
-        };
-        Ok(Self {
-            config,
-            embed,
-            layers,
-            norm,
-            head,
-            ropes,
-            device: device.clone(),
-            max_positions,
-            lora: None,
-        })
-    }
-
-    fn load_layer(
-        config: &DecoderConfig,
-        source: &Source,
-        dtype: WeightDtype,
-        device: &Device,
-        i: usize,
-        rope: usize,
-    ) -> Result<Layer, LoadError> {
-        let lin = |gguf: &str, hf: &str, bias: bool| {
-            let weight = layer_name(i, &format!("{gguf}.weight"), &format!("{hf}.weight"));
-            let bias = bias.then(|| layer_name(i, &format!("{gguf}.bias"), &format!("{hf}.bias")));
-            source.linear(&weight, bias.as_ref(), dtype, device)
-        };
-        let norm =
-            |gguf: &str, hf: &str| RmsNorm::load(source, &layer_name(i, gguf, hf), config, device);
-        let bias = config.attention_bias;
-        let gemma = config.sandwich_norms;
-        Ok(Layer {
-            attn_norm: norm("attn_norm.weight", "input_layernorm.weight")?,
-            q: lin("attn_q", "self_attn.q_proj", bias)?,
-            k: lin("attn_k", "self_attn.k_proj", bias)?,
-            v: lin("attn_v", "self_attn.v_proj", bias)?,
-            o: lin("attn_output", "self_attn.o_proj", false)?,
-            q_norm: config
-                .qk_norm
-                .then(|| norm("attn_q_norm.weight", "self_attn.q_norm.weight"))
-                .transpose()?,
-            k_norm: config
-                .qk_norm
-                .then(|| norm("attn_k_norm.weight", "self_attn.k_norm.weight"))
-                .transpose()?,
-            post_attn_norm: gemma
-                .then(|| {
-                    norm(
-                        "post_attention_norm.weight",
-                        "post_attention_layernorm.weight",
-                    )
-                })
-                .transpose()?,
-            mlp_norm: if gemma {
-                norm("ffn_norm.weight", "pre_feedforward_layernorm.weight")?
-            } else {
-                norm("ffn_norm.weight", "post_attention_layernorm.weight")?
-            },
-            gate: lin("ffn_gate", "mlp.gate_proj", false)?,
-            up: lin("ffn_up", "mlp.up_proj", false)?,
-            down: lin("ffn_down", "mlp.down_proj", false)?,
-            post_mlp_norm: gemma
-                .then(|| norm("post_ffw_norm.weight", "post_feedforward_layernorm.weight"))
-                .transpose()?,
-            window: config.layer_window(i),
-            rope,
-        })
-    }
-
     pub fn config(&self) -> &DecoderConfig {
         &self.config
     }
@@ -554,147 +351,6 @@ impl Decoder {
             )
         }
         Ok(())
-    }
-
-    /// Score each branch as a continuation of `cache`, reading `codes[i]` at the last token of
-    /// branch `i`. Branches are grouped by length under `budget`.
-    pub fn score_branches(
-        &self,
-        cache: &KvCache,
-        branches: &[(&[u32], &[u32])],
-        layout: BranchLayout,
-        budget: BranchBudget,
-    ) -> candle_core::Result<Vec<CodeLogits>> {
-        let mut order: Vec<usize> = (0..branches.len()).collect();
-        order.sort_by_key(|&i| branches[i].0.len());
-        let mut results: Vec<Option<CodeLogits>> = vec![None; branches.len()];
-        for group in self.groups(cache.len, &order, branches, layout, budget) {
-            let scored = self.score_group(cache, &group, branches, layout)?;
-            for (index, result) in group.into_iter().zip(scored) {
-                results[index] = Some(result);
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| r.ok_or_else(|| candle_core::Error::Msg("branch left unscored".into())))
-            .collect()
-    }
-
-    /// Consecutive runs of the length-sorted branches whose forward pass fits the budget.
-    fn groups(
-        &self,
-        prefix: usize,
-        order: &[usize],
-        branches: &[(&[u32], &[u32])],
-        layout: BranchLayout,
-        budget: BranchBudget,
-    ) -> Vec<Vec<usize>> {
-        let heads = self.config.num_heads;
-        let cost = |group: &[usize]| -> (usize, usize) {
-            let longest = group
-                .iter()
-                .map(|&i| branches[i].0.len())
-                .max()
-                .unwrap_or(0);
-            let total: usize = group.iter().map(|&i| branches[i].0.len()).sum();
-            match layout {
-                BranchLayout::Rows => {
-                    let tokens = group.len() * longest;
-                    (tokens, tokens * (prefix + longest) * heads * 4)
-                }
-                BranchLayout::Packed => (total, total * (prefix + total) * heads * 4),
-            }
-        };
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for &index in order {
-            match groups.last_mut() {
-                Some(group) => {
-                    group.push(index);
-                    let (tokens, bytes) = cost(group);
-                    if group.len() > 1
-                        && (tokens > budget.max_tokens || bytes > budget.max_score_bytes)
-                    {
-                        group.pop();
-                        groups.push(vec![index]);
-                    }
-                }
-                None => groups.push(vec![index]),
-            }
-        }
-        groups
-    }
-
-    fn score_group(
-        &self,
-        cache: &KvCache,
-        group: &[usize],
-        branches: &[(&[u32], &[u32])],
-        layout: BranchLayout,
-    ) -> candle_core::Result<Vec<CodeLogits>> {
-        let start = cache.len;
-        let (block, answer_rows) = match layout {
-            BranchLayout::Rows => {
-                let width = group
-                    .iter()
-                    .map(|&i| branches[i].0.len())
-                    .max()
-                    .unwrap_or(0);
-                let pad = branches[group[0]].0.last().copied().unwrap_or(0);
-                let mut tokens = Vec::with_capacity(group.len() * width);
-                let mut answers = Vec::with_capacity(group.len());
-                for (row, &i) in group.iter().enumerate() {
-                    let branch = branches[i].0;
-                    tokens.extend_from_slice(branch);
-                    tokens.extend(std::iter::repeat_n(pad, width - branch.len()));
-                    answers.push((row * width + branch.len() - 1) as u32);
-                }
-                let block = Block {
-                    tokens: Tensor::from_vec(tokens, group.len() * width, &self.device)?,
-                    rows: group.len(),
-                    width,
-                    positions: (start..start + width).collect(),
-                    segments: vec![0; width],
-                };
-                (block, answers)
-            }
-            BranchLayout::Packed => {
-                let mut tokens = Vec::new();
-                let mut positions = Vec::new();
-                let mut segments = Vec::new();
-                let mut answers = Vec::with_capacity(group.len());
-                for (segment, &i) in group.iter().enumerate() {
-                    let branch = branches[i].0;
-                    tokens.extend_from_slice(branch);
-                    positions.extend(start..start + branch.len());
-                    segments.extend(std::iter::repeat_n(segment, branch.len()));
-                    answers.push((tokens.len() - 1) as u32);
-                }
-                let width = tokens.len();
-                let block = Block {
-                    tokens: Tensor::from_vec(tokens, width, &self.device)?,
-                    rows: 1,
-                    width,
-                    positions,
-                    segments,
-                };
-                (block, answers)
-            }
-        };
-        let longest = group
-            .iter()
-            .map(|&i| branches[i].0.len())
-            .max()
-            .unwrap_or(0);
-        self.check_positions(start + longest)?;
-        let (hidden, _) = self.run(cache, &block, false)?;
-        let answers = Tensor::from_vec(answer_rows, group.len(), &self.device)?;
-        let picked = hidden.index_select(&answers, 0)?;
-        let logits = self.head_logits(&picked)?.to_vec2::<f32>()?;
-        Ok(group
-            .iter()
-            .zip(logits)
-            .map(|(&i, row)| read_codes(&row, branches[i].1))
-            .collect())
     }
 
     /// Score one branch by running the prefix and the branch from scratch as one sequence:
@@ -930,141 +586,6 @@ struct Step<'a> {
     sin: &'a Tensor,
     masks: &'a Masks,
     mode: &'a Mode<'a>,
-}
-
-/// The log-normaliser of a full-vocabulary row and the logits of the requested codes.
-fn read_codes(row: &[f32], codes: &[u32]) -> CodeLogits {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
-    CodeLogits {
-        logits: codes
-            .iter()
-            .map(|&c| row.get(c as usize).copied().unwrap_or(f32::NEG_INFINITY))
-            .collect(),
-        log_normalizer: (f64::from(max) + sum.ln()) as f32,
-    }
-}
-
-/// Additive masks for one block: over its own keys `(g*width, width)`, and over the prefix
-/// `(g*width, prefix)` when a sliding window hides part of it.
-#[derive(Debug)]
-struct Masks {
-    own: Tensor,
-    prefix: Option<Tensor>,
-}
-
-#[derive(Debug, Default)]
-struct MaskCache {
-    built: Vec<(Option<usize>, Masks)>,
-}
-
-impl MaskCache {
-    fn get(
-        &mut self,
-        decoder: &Decoder,
-        block: &Block,
-        prefix: usize,
-        window: Option<usize>,
-    ) -> candle_core::Result<&Masks> {
-        if let Some(index) = self.built.iter().position(|(w, _)| *w == window) {
-            return Ok(&self.built[index].1);
-        }
-        let masks = build_masks(decoder, block, prefix, window)?;
-        self.built.push((window, masks));
-        Ok(&self.built[self.built.len() - 1].1)
-    }
-}
-
-fn build_masks(
-    decoder: &Decoder,
-    block: &Block,
-    prefix: usize,
-    window: Option<usize>,
-) -> candle_core::Result<Masks> {
-    let g = decoder.config.num_heads / decoder.config.num_kv_heads;
-    let l = block.width;
-    let visible = |query: usize, key: usize| window.is_none_or(|w| query - key < w);
-    let mut own = Vec::with_capacity(l * l);
-    for r in 0..l {
-        for col in 0..l {
-            let ok = col <= r
-                && block.segments[col] == block.segments[r]
-                && visible(block.positions[r], block.positions[col]);
-            own.push(if ok { 0f32 } else { f32::NEG_INFINITY });
-        }
-    }
-    let own = Tensor::from_vec(own, (1, l, l), &decoder.device)?
-        .repeat((g, 1, 1))?
-        .reshape((g * l, l))?;
-    let hides_prefix =
-        window.is_some_and(|w| prefix > 0 && block.positions.iter().any(|&p| p >= w));
-    let prefix_mask = if hides_prefix {
-        let mut mask = Vec::with_capacity(l * prefix);
-        for r in 0..l {
-            for key in 0..prefix {
-                mask.push(if visible(block.positions[r], key) {
-                    0f32
-                } else {
-                    f32::NEG_INFINITY
-                });
-            }
-        }
-        Some(
-            Tensor::from_vec(mask, (1, l, prefix), &decoder.device)?
-                .repeat((g, 1, 1))?
-                .reshape((g * l, prefix))?,
-        )
-    } else {
-        None
-    };
-    Ok(Masks {
-        own,
-        prefix: prefix_mask,
-    })
-}
-
-impl Decoder {
-    /// Load a decoder from a GGUF file.
-    pub fn from_gguf(
-        path: &std::path::Path,
-        dtype: WeightDtype,
-        device: &Device,
-    ) -> Result<Self, LoadError> {
-        let source = Source::open_gguf(path)?;
-        let Source::Gguf { content, .. } = &source else {
-            unreachable!("open_gguf returns a GGUF source")
-        };
-        let config = DecoderConfig::from_gguf(content)?;
-        Self::load(config, &source, dtype, device)
-    }
-
-    /// Load a decoder from a Hugging Face directory (`config.json`, `*.safetensors`).
-    pub fn from_hf_dir(
-        dir: &std::path::Path,
-        dtype: WeightDtype,
-        device: &Device,
-    ) -> Result<Self, LoadError> {
-        let config_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&config_path).map_err(|source| LoadError::Io {
-            path: config_path.clone(),
-            source,
-        })?;
-        let config = DecoderConfig::from_hf_json(&text)?;
-        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
-            .map_err(|source| LoadError::Io {
-                path: dir.into(),
-                source,
-            })?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
-            .collect();
-        files.sort();
-        if files.is_empty() {
-            return Err(LoadError::NotAModel(dir.into()));
-        }
-        let source = Source::open_safetensors(&files, device)?;
-        Self::load(config, &source, dtype, device)
-    }
 }
 
 #[cfg(test)]
