@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use ruling_calibration::quantile;
 use ruling_corpus::{Dataset, LoadOptions, Split};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -299,8 +300,8 @@ fn timings(server: &Server, requests: &[Value]) -> anyhow::Result<Timings> {
     times.sort_by(f64::total_cmp);
     Ok(Timings {
         requests: times.len(),
-        median_ms: quantile(&times, 0.5),
-        p90_ms: quantile(&times, 0.9),
+        median_ms: quantile(&times, 0.5).unwrap_or(f64::NAN),
+        p90_ms: quantile(&times, 0.9).unwrap_or(f64::NAN),
         min_ms: times[0],
         input_tokens: tokens / times.len().max(1) as u64,
     })
@@ -343,18 +344,8 @@ fn throughput(server: &Server, requests: &[Value], clients: usize) -> anyhow::Re
         clients: clients.max(1),
         wall_s,
         requests_per_s: requests.len() as f64 / wall_s,
-        median_ms: quantile(&times, 0.5),
+        median_ms: quantile(&times, 0.5).unwrap_or(f64::NAN),
     })
-}
-
-/// The `q` quantile of sorted values, by linear interpolation.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let at = q * (sorted.len() - 1) as f64;
-    let (low, high) = (at.floor() as usize, at.ceil() as usize);
-    sorted[low] + (sorted[high] - sorted[low]) * (at - low as f64)
 }
 
 fn write_report(out: &Path, runs: &[ModelRun], args: &ServeBenchArgs) -> anyhow::Result<()> {
