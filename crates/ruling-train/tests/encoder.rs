@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{fails, latest_step, run, sha256, workspace};
+use common::{fails, latest_step, run, sha256, ticket_records, workspace};
 
 fn fixture(name: &str) -> PathBuf {
     let dir = workspace().join("fixtures/generated").join(name);
@@ -17,35 +17,9 @@ fn fixture(name: &str) -> PathBuf {
     dir
 }
 
-/// Labelled records about short states, two question types, no held-out states.
+/// The tickets the trainer learns from (without a score question).
 fn records(dir: &Path) -> PathBuf {
-    let topics = [
-        ("my card was charged twice", "billing"),
-        ("the app crashes when i log in", "tech"),
-        ("where is my parcel", "shipping"),
-        ("i want a refund for the invoice", "billing"),
-        ("the screen stays black", "tech"),
-        ("the courier never came", "shipping"),
-    ];
-    let mut lines = Vec::new();
-    for i in 0..90 {
-        let (text, team) = topics[i % topics.len()];
-        let record = serde_json::json!({
-            "id": format!("toy:{i}"),
-            "family": "toy",
-            "state": format!("{text} (ticket {i})"),
-            "questions": {
-                "team": {"type": "choice", "instructions": "which team should handle it?",
-                         "criteria": {"billing": "refunds and invoices", "tech": "bugs", "shipping": "parcels"}},
-                "money": {"type": "noul", "instructions": "is it about money?"}
-            },
-            "labels": {"team": team, "money": team == "billing"}
-        });
-        lines.push(record.to_string());
-    }
-    let path = dir.join("records.jsonl");
-    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    path
+    ticket_records(dir, 90, false)
 }
 
 fn train(data: &Path, output: &Path, base: &Path, steps: u64, eval_every: u64) -> Command {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{fails, latest_step, run, sha256, workspace};
+use common::{fails, latest_step, run, sha256, ticket_records, workspace};
 
 use ruling_backend::{DecoderEngine, Engine, EngineOptions};
 use ruling_calibration::Calibration;
@@ -24,37 +24,9 @@ fn base() -> PathBuf {
     path
 }
 
-/// Labelled records with all three trainable question types, no held-out states.
+/// The tickets the trainer learns from (with a score question).
 fn records(dir: &Path) -> PathBuf {
-    let topics = [
-        ("my card was charged twice", "billing"),
-        ("the app crashes when i log in", "tech"),
-        ("where is my parcel", "shipping"),
-        ("i want a refund for the invoice", "billing"),
-        ("the screen stays black", "tech"),
-        ("the courier never came", "shipping"),
-    ];
-    let mut lines = Vec::new();
-    for i in 0..60 {
-        let (text, team) = topics[i % topics.len()];
-        let record = serde_json::json!({
-            "id": format!("toy:{i}"),
-            "family": "toy",
-            "state": format!("{text} (ticket {i})"),
-            "questions": {
-                "team": {"type": "choice", "instructions": "which team should handle it?",
-                         "criteria": {"billing": "refunds and invoices", "tech": "bugs", "shipping": "parcels"}},
-                "money": {"type": "noul", "instructions": "is it about money?"},
-                "urgency": {"type": "score", "instructions": "how urgent is it?",
-                            "criteria": ["not urgent", "soon", "right now"]}
-            },
-            "labels": {"team": team, "money": team == "billing", "urgency": i % 3}
-        });
-        lines.push(record.to_string());
-    }
-    let path = dir.join("records.jsonl");
-    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    path
+    ticket_records(dir, 60, true)
 }
 
 fn train(data: &Path, output: &Path, steps: u64, eval_every: u64) -> Command {

@@ -38,3 +38,43 @@ pub fn latest_step(output: &Path) -> Option<u64> {
     let name = std::fs::read_to_string(output.join("run/latest")).ok()?;
     name.trim().strip_prefix("step-")?.parse().ok()
 }
+
+/// `count` labelled records about short support tickets, no held-out states: a three-way
+/// choice ("team") and a noul ("money"), and with `score` a three-level score ("urgency").
+/// Written to `dir/records.jsonl`.
+pub fn ticket_records(dir: &Path, count: usize, score: bool) -> PathBuf {
+    let topics = [
+        ("my card was charged twice", "billing"),
+        ("the app crashes when i log in", "tech"),
+        ("where is my parcel", "shipping"),
+        ("i want a refund for the invoice", "billing"),
+        ("the screen stays black", "tech"),
+        ("the courier never came", "shipping"),
+    ];
+    let mut lines = Vec::new();
+    for i in 0..count {
+        let (text, team) = topics[i % topics.len()];
+        let mut record = serde_json::json!({
+            "id": format!("toy:{i}"),
+            "family": "toy",
+            "state": format!("{text} (ticket {i})"),
+            "questions": {
+                "team": {"type": "choice", "instructions": "which team should handle it?",
+                         "criteria": {"billing": "refunds and invoices", "tech": "bugs", "shipping": "parcels"}},
+                "money": {"type": "noul", "instructions": "is it about money?"}
+            },
+            "labels": {"team": team, "money": team == "billing"}
+        });
+        if score {
+            record["questions"]["urgency"] = serde_json::json!({
+                "type": "score", "instructions": "how urgent is it?",
+                "criteria": ["not urgent", "soon", "right now"]
+            });
+            record["labels"]["urgency"] = serde_json::json!(i % 3);
+        }
+        lines.push(record.to_string());
+    }
+    let path = dir.join("records.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
