@@ -125,11 +125,23 @@ pub enum Dataset {
     Snli,
     /// Medical Abstracts: choice over 5 topics.
     MedicalAbstracts,
+    /// SpamAssassin: noul, is a whole e-mail spam.
+    Spamassassin,
+    /// State of the Union addresses: choice, which party's president gave a whole address.
+    Sotu,
+    /// UDHR paragraphs: choice, which of ten languages a paragraph is in.
+    Udhr,
+    /// WordNet definitions: choice over the supersenses of a noun or verb.
+    Wordnet,
+    /// ChatterBot openers: choice over 21 conversation topics.
+    Chatterbot,
+    /// Fortunes: choice over 22 categories of quotations and jokes.
+    Fortunes,
 }
 
 impl Dataset {
     /// Every dataset, with CLINC150 both whole and as the 20-intent subset.
-    pub const ALL: [Dataset; 18] = [
+    pub const ALL: [Dataset; 24] = [
         Dataset::Boolq,
         Dataset::ChaosnliSnli,
         Dataset::ChaosnliMnli,
@@ -148,12 +160,18 @@ impl Dataset {
         Dataset::Snips,
         Dataset::Snli,
         Dataset::MedicalAbstracts,
+        Dataset::Spamassassin,
+        Dataset::Sotu,
+        Dataset::Udhr,
+        Dataset::Wordnet,
+        Dataset::Chatterbot,
+        Dataset::Fortunes,
     ];
 
     /// The question type its records ask: `noul`, `choice` or `score`.
     pub fn question_type(self) -> &'static str {
         match self {
-            Self::Boolq | Self::Sst2 | Self::Goemotions => "noul",
+            Self::Boolq | Self::Sst2 | Self::Goemotions | Self::Spamassassin => "noul",
             Self::Sst5 | Self::Sst5Train => "score",
             Self::ChaosnliSnli
             | Self::ChaosnliMnli
@@ -166,14 +184,24 @@ impl Dataset {
             | Self::Hwu64
             | Self::Snips
             | Self::Snli
-            | Self::MedicalAbstracts => "choice",
+            | Self::MedicalAbstracts
+            | Self::Sotu
+            | Self::Udhr
+            | Self::Wordnet
+            | Self::Chatterbot
+            | Self::Fortunes => "choice",
         }
     }
 
     /// The splits it has, per the datasets README.
     pub fn splits(self) -> &'static [Split] {
         match self {
-            Self::Boolq | Self::Sst5 | Self::Sst2 | Self::Clinc150 { .. } => &Split::ALL,
+            Self::Boolq
+            | Self::Sst5
+            | Self::Sst2
+            | Self::Clinc150 { .. }
+            | Self::Spamassassin
+            | Self::Sotu => &Split::ALL,
             Self::Banking77 | Self::AgNews | Self::Trec => &[Split::HeldOut],
             Self::ChaosnliSnli
             | Self::ChaosnliMnli
@@ -184,7 +212,11 @@ impl Dataset {
             | Self::Hwu64
             | Self::Snips
             | Self::Snli
-            | Self::MedicalAbstracts => &[Split::Dev],
+            | Self::MedicalAbstracts
+            | Self::Udhr
+            | Self::Wordnet
+            | Self::Chatterbot
+            | Self::Fortunes => &[Split::Dev],
         }
     }
 
@@ -251,6 +283,24 @@ impl Dataset {
             Self::MedicalAbstracts => "topic of a medical abstract over 5 kinds of condition; \
                                        medical_tc_test, dev only"
                 .to_owned(),
+            Self::Spamassassin => "is a whole e-mail (headers and body) spam; groups easy-ham-1, \
+                                   hard-ham-1, spam-1 dev, easy-ham-2, spam-2 held-out"
+                .to_owned(),
+            Self::Sotu => "which party's president gave a whole State of the Union address; \
+                           even years dev, odd years held-out"
+                .to_owned(),
+            Self::Udhr => "which of ten languages a UDHR paragraph is written in (paragraphs in \
+                           named languages only); dev only"
+                .to_owned(),
+            Self::Wordnet => "which supersense a WordNet noun or verb definition belongs to (26 \
+                              noun, 15 verb); dev only"
+                .to_owned(),
+            Self::Chatterbot => "which of 21 topics a ChatterBot conversation opener is about, 28 \
+                                 languages; dev only"
+                .to_owned(),
+            Self::Fortunes => {
+                "which of 22 categories a quotation or joke was filed under; dev only".to_owned()
+            }
         }
     }
 
@@ -293,6 +343,12 @@ impl fmt::Display for Dataset {
             Self::Snips => f.write_str("snips"),
             Self::Snli => f.write_str("snli"),
             Self::MedicalAbstracts => f.write_str("medical-abstracts"),
+            Self::Spamassassin => f.write_str("spamassassin"),
+            Self::Sotu => f.write_str("sotu"),
+            Self::Udhr => f.write_str("udhr"),
+            Self::Wordnet => f.write_str("wordnet"),
+            Self::Chatterbot => f.write_str("chatterbot"),
+            Self::Fortunes => f.write_str("fortunes"),
         }
     }
 }

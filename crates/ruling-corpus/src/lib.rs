@@ -18,8 +18,10 @@ mod dataset;
 mod error;
 pub mod journal;
 mod jsonl;
+pub mod pool;
 mod record;
 mod sources;
+pub mod taxonomy;
 mod training;
 
 pub use dataset::{

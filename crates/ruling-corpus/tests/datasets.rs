@@ -58,7 +58,7 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
 }
 
 /// Rows per split: MANIFEST.md's counts, split as the datasets README says.
-const ROWS: [(Dataset, Split, usize); 25] = [
+const ROWS: [(Dataset, Split, usize); 33] = [
     // 3,270 rows, idx 0 to 3269: 1,635 even and 1,635 odd.
     (Dataset::Boolq, Split::Dev, 1635),
     (Dataset::Boolq, Split::HeldOut, 1635),
@@ -92,6 +92,20 @@ const ROWS: [(Dataset, Split, usize); 25] = [
     // dev 9,842 + test 9,824.
     (Dataset::Snli, Split::Dev, 19_666),
     (Dataset::MedicalAbstracts, Split::Dev, 2888),
+    // easy-ham-1 2,500 + hard-ham-1 250 + spam-1 500; easy-ham-2 1,400 + spam-2 1,396.
+    (Dataset::Spamassassin, Split::Dev, 3250),
+    (Dataset::Spamassassin, Split::HeldOut, 2796),
+    // 233 addresses, 1790-2016: 116 of even years, 117 of odd ones.
+    (Dataset::Sotu, Split::Dev, 116),
+    (Dataset::Sotu, Split::HeldOut, 117),
+    // The paragraphs in the 110 named languages, of 30,094.
+    (Dataset::Udhr, Split::Dev, 9143),
+    // Noun and verb synsets, of 117,659.
+    (Dataset::Wordnet, Split::Dev, 95_882),
+    // The openers of the 21 topics, translated file names included, of 7,636.
+    (Dataset::Chatterbot, Split::Dev, 7415),
+    // The 22 named categories, of 14,396 texts.
+    (Dataset::Fortunes, Split::Dev, 9823),
     // Both CLINC150 forms read the same rows; the counts above are per form.
     (Dataset::Clinc150 { subset: Some(1) }, Split::HeldOut, 5_500),
     (
@@ -375,6 +389,10 @@ fn splits_a_dataset_lacks_are_refused_with_the_reason() {
         Dataset::Snips,
         Dataset::Snli,
         Dataset::MedicalAbstracts,
+        Dataset::Udhr,
+        Dataset::Wordnet,
+        Dataset::Chatterbot,
+        Dataset::Fortunes,
     ] {
         assert!(
             load(dataset, Split::HeldOut, &options()).is_err(),

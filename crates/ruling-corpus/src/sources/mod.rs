@@ -10,16 +10,22 @@ mod ag_news;
 mod banking77;
 mod boolq;
 mod chaosnli;
+pub(crate) mod chatterbot;
 pub(crate) mod clinc150;
+pub(crate) mod fortunes;
 mod goemotions;
 mod hwu64;
 mod medical_abstracts;
 mod nli;
 mod snips;
 mod snli;
+pub(crate) mod sotu;
+pub(crate) mod spamassassin;
 pub(crate) mod sst;
 mod superglue;
 mod trec;
+pub(crate) mod udhr;
+pub(crate) mod wordnet;
 
 use std::fs;
 use std::path::Path;
@@ -122,6 +128,37 @@ pub(crate) fn load(
                 sink,
             );
         }
+        Dataset::Spamassassin => finish(
+            &spamassassin::rows(root, split)?,
+            options,
+            spamassassin::record,
+            sink,
+        ),
+        Dataset::Sotu => finish(&sotu::addresses(root, split)?, options, sotu::record, sink),
+        Dataset::Udhr => finish(
+            &udhr::named_rows(root)?,
+            options,
+            |row| udhr::record(row, options.seed),
+            sink,
+        ),
+        Dataset::Wordnet => finish(
+            &wordnet::labelled_rows(root)?,
+            options,
+            wordnet::record,
+            sink,
+        ),
+        Dataset::Chatterbot => finish(
+            &chatterbot::labelled_rows(root)?,
+            options,
+            chatterbot::record,
+            sink,
+        ),
+        Dataset::Fortunes => finish(
+            &fortunes::labelled_rows(root)?,
+            options,
+            fortunes::record,
+            sink,
+        ),
     }
     Ok(())
 }
@@ -153,6 +190,11 @@ fn jsonl_rows<T: DeserializeOwned>(path: &Path) -> Result<Vec<(u64, T)>, CorpusE
                 })
         })
         .collect()
+}
+
+/// Every row of a JSONL file, in order.
+pub(crate) fn jsonl_file<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, CorpusError> {
+    Ok(jsonl_rows(path)?.into_iter().map(|(_, row)| row).collect())
 }
 
 /// Every non-blank line of a text file with its 1-based line number, line ending removed.

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::write::WrittenState;
 use super::{
-    ANSWER_MANIFEST, ANSWERED_FILE, DistillDir, SKIPPED_FILE, WRITTEN_FILE, content_key,
+    ANSWER_MANIFEST, ANSWERED_FILE, DistillDir, POOL_FILE, SKIPPED_FILE, WRITTEN_FILE, content_key,
     pin_settings, reopen,
 };
 
@@ -81,8 +81,7 @@ pub struct Skipped {
 pub fn run(args: &AnswerArgs) -> anyhow::Result<()> {
     let dir = DistillDir::new(&args.dir);
     let calibration = check_and_pin(args, &dir)?;
-    let written_path = dir.file(WRITTEN_FILE);
-    let records = written_records(&written_path)?;
+    let records = questions_to_answer(&dir)?;
 
     let answered_path = dir.file(ANSWERED_FILE);
     let skipped_path = dir.file(SKIPPED_FILE);
@@ -160,11 +159,11 @@ fn check_and_pin(args: &AnswerArgs, dir: &DistillDir) -> anyhow::Result<Option<P
             args.rotations
         );
     }
-    let written_path = dir.file(WRITTEN_FILE);
-    if !written_path.exists() {
+    if !dir.file(WRITTEN_FILE).exists() && !dir.file(POOL_FILE).exists() {
         bail!(
-            "{} does not exist: run `ruling-train distill write --dir {}` first",
-            written_path.display(),
+            "{} has neither {WRITTEN_FILE} nor {POOL_FILE}: run `ruling-train distill pool --dir \
+             {}` or `distill write` first",
+            args.dir.display(),
             args.dir.display()
         );
     }
@@ -236,14 +235,26 @@ fn answer(
     }
 }
 
-/// What the writer kept, keyed by content and once per content: a state written twice with
-/// the same questions is answered once.
-fn written_records(path: &Path) -> anyhow::Result<Vec<(String, Record)>> {
+/// What there is to answer, keyed by content and once per content: the pool's records, then
+/// what the writer kept (a state written twice with the same questions is answered once).
+fn questions_to_answer(dir: &DistillDir) -> anyhow::Result<Vec<(String, Record)>> {
+    let mut records = Vec::new();
+    let pool = dir.file(POOL_FILE);
+    if pool.exists() {
+        records.extend(ruling_corpus::read_jsonl(&pool)?);
+    }
+    let written = dir.file(WRITTEN_FILE);
+    if written.exists() {
+        records.extend(
+            read_journal::<WrittenState>(&written)?
+                .lines
+                .into_iter()
+                .filter_map(|line| line.record),
+        );
+    }
     let mut seen = HashSet::new();
-    Ok(read_journal::<WrittenState>(path)?
-        .lines
+    Ok(records
         .into_iter()
-        .filter_map(|line| line.record)
         .map(|record| (content_key(&record), record))
         .filter(|(key, _)| seen.insert(key.clone()))
         .collect())

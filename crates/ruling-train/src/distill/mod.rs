@@ -23,6 +23,7 @@
 
 mod answer;
 mod parse;
+mod pool;
 mod stats;
 mod write;
 
@@ -36,6 +37,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use answer::AnswerArgs;
+pub use pool::PoolArgs;
 pub use stats::StatsArgs;
 pub use write::WriteArgs;
 
@@ -43,6 +45,10 @@ pub use write::WriteArgs;
 pub const WRITTEN_FILE: &str = "written.jsonl";
 /// The writer's settings.
 pub const WRITE_MANIFEST: &str = "write.json";
+/// The taxonomy's questions about the pool of states.
+pub const POOL_FILE: &str = "pool.jsonl";
+/// The pool's settings.
+pub const POOL_MANIFEST: &str = "pool.json";
 /// The answered records.
 pub const ANSWERED_FILE: &str = "answered.jsonl";
 /// Records the teacher could not answer, and why.
@@ -55,6 +61,8 @@ pub const STATS_FILE: &str = "stats.md";
 /// The stages of `ruling-train distill`.
 #[derive(Debug, clap::Subcommand)]
 pub enum DistillCommand {
+    /// Draw the taxonomy's questions about a pool of development states from every source.
+    Pool(PoolArgs),
     /// Have a decoder write questions about development states.
     Write(WriteArgs),
     /// Have the teacher answer every written question; its distributions become targets.
@@ -66,6 +74,7 @@ pub enum DistillCommand {
 
 pub fn run(command: &DistillCommand) -> anyhow::Result<()> {
     match command {
+        DistillCommand::Pool(args) => pool::run(args),
         DistillCommand::Write(args) => write::run(args),
         DistillCommand::Answer(args) => answer::run(args),
         DistillCommand::Stats(args) => stats::run(args),

@@ -12,7 +12,7 @@ use ruling_schema::Question;
 use super::answer::Skipped;
 use super::parse::Dropped;
 use super::write::WrittenState;
-use super::{ANSWERED_FILE, DistillDir, SKIPPED_FILE, STATS_FILE, WRITTEN_FILE};
+use super::{ANSWERED_FILE, DistillDir, POOL_FILE, SKIPPED_FILE, STATS_FILE, WRITTEN_FILE};
 
 /// Arguments of `ruling-train distill stats`.
 #[derive(Debug, Clone, clap::Args)]
@@ -59,9 +59,22 @@ pub fn summary(dir: &Path) -> anyhow::Result<String> {
     let written = read_journal::<WrittenState>(&dir.file(WRITTEN_FILE))?.lines;
     let answered = read_journal::<Record>(&dir.file(ANSWERED_FILE))?.lines;
     let skipped = read_journal::<Skipped>(&dir.file(SKIPPED_FILE))?.lines;
+    let pool = if dir.file(POOL_FILE).exists() {
+        ruling_corpus::read_jsonl(dir.file(POOL_FILE))?
+    } else {
+        Vec::new()
+    };
     let mut out = String::from("# Distillation statistics\n\n");
-    written_section(&mut out, &written);
+    if !pool.is_empty() {
+        pool_section(&mut out, &pool);
+    }
+    if !written.is_empty() {
+        written_section(&mut out, &written);
+    }
     answered_section(&mut out, &answered, &skipped);
+    if !answered.is_empty() {
+        kinds_section(&mut out, &answered);
+    }
     Ok(out)
 }
 
@@ -170,4 +183,95 @@ fn answered_section(out: &mut String, answered: &[Record], skipped: &[Skipped]) 
             let _ = writeln!(out, "| {reason} | {n} |");
         }
     }
+}
+
+/// A question's kind: its id when the taxonomy drew it (the pool names questions by kind),
+/// `written` for a question the writer model wrote.
+fn kind_of(id: &str) -> &str {
+    ruling_corpus::taxonomy::Kind::ALL
+        .iter()
+        .find(|k| k.as_str() == id)
+        .map_or("written", |k| k.as_str())
+}
+
+/// A record's source: its family without the `distill_` prefix.
+fn source_of(record: &Record) -> &str {
+    record
+        .family
+        .strip_prefix("distill_")
+        .unwrap_or(&record.family)
+}
+
+/// The pool: states and questions per source, questions per kind and type.
+fn pool_section(out: &mut String, pool: &[Record]) {
+    let questions: usize = pool.iter().map(|r| r.questions.len()).sum();
+    let _ = writeln!(
+        out,
+        "## Pool\n\n{} states, {questions} questions drawn from the taxonomy.\n",
+        pool.len()
+    );
+    let mut by_source: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for record in pool {
+        let entry = by_source.entry(source_of(record)).or_default();
+        entry.0 += 1;
+        entry.1 += record.questions.len();
+    }
+    let _ = writeln!(out, "| source | states | questions |\n|---|---:|---:|");
+    for (source, (states, questions)) in &by_source {
+        let _ = writeln!(out, "| {source} | {states} | {questions} |");
+    }
+    let _ = writeln!(out);
+}
+
+/// The answered questions per kind (and type, with the teacher's mean confidence) and per
+/// source.
+fn kinds_section(out: &mut String, answered: &[Record]) {
+    // kind -> type -> (questions, summed top probability)
+    let mut by_kind: BTreeMap<&str, BTreeMap<&str, (usize, f64)>> = BTreeMap::new();
+    let mut by_source: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for record in answered {
+        let entry = by_source.entry(source_of(record)).or_default();
+        entry.0 += 1;
+        for (id, question) in &record.questions {
+            let Some(target) = record.soft_target(id) else {
+                continue;
+            };
+            entry.1 += 1;
+            let top = target.values().copied().fold(0.0, f64::max);
+            let cell = by_kind
+                .entry(kind_of(id))
+                .or_default()
+                .entry(kind(question))
+                .or_default();
+            cell.0 += 1;
+            cell.1 += top;
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n### Answered questions per kind\n\n| kind | noul | choice | score | all | teacher's mean confidence |\n|---|---:|---:|---:|---:|---:|"
+    );
+    for (kind, types) in &by_kind {
+        let count = |t: &str| types.get(t).map_or(0, |c| c.0);
+        let all: usize = types.values().map(|c| c.0).sum();
+        let confidence: f64 = types.values().map(|c| c.1).sum::<f64>() / all.max(1) as f64;
+        let _ = writeln!(
+            out,
+            "| {kind} | {} | {} | {} | {all} | {confidence:.3} |",
+            count("noul"),
+            count("choice"),
+            count("score")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n### Answered per source\n\n| source | states | questions |\n|---|---:|---:|"
+    );
+    let (mut states, mut questions) = (0, 0);
+    for (source, (s, q)) in &by_source {
+        let _ = writeln!(out, "| {source} | {s} | {q} |");
+        states += s;
+        questions += q;
+    }
+    let _ = writeln!(out, "| **all** | {states} | {questions} |");
 }
