@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: programs that measure and write a report under `docs/bench/`.
 
 mod decoder;
+mod long;
 mod serve;
 
 /// `cargo xtask bench <what>`.
@@ -16,6 +17,9 @@ enum Bench {
     Decoder(decoder::DecoderBenchArgs),
     /// Models served by `ruling-serve`, driven over HTTP: latency, throughput, peak memory.
     Serve(serve::ServeBenchArgs),
+    /// The decision encoder on states of 512 to 16,384 tokens through `ruling-serve`.
+    /// Writes `docs/bench/long-states.md`.
+    Long(long::LongBenchArgs),
     /// The decoder backends side by side (candle, llama.cpp behind the port, plain
     /// llama.cpp): `ruling-bench` in release with these arguments (`--help` is its own).
     /// Writes `docs/bench/backends.md`.
@@ -30,6 +34,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     match &args.what {
         Bench::Decoder(args) => decoder::run(args),
         Bench::Serve(args) => serve::run(args),
+        Bench::Long(args) => long::run(args),
         Bench::Backends { args } => backends(args),
     }
 }

@@ -149,7 +149,9 @@ pub struct Options {
     /// The name responses carry (default: the model's id). Adapters are served under their
     /// own names.
     pub served_name: Option<String>,
-    /// Longest prefix plus branch, in tokens (default: the model's own limit).
+    /// Longest prefix plus branch, in tokens, for a decoder (default: the model's own limit);
+    /// longest state, in tokens, for the decision encoder (default
+    /// [`ruling_encoder::DEFAULT_MAX_STATE_TOKENS`]).
     pub max_context: Option<usize>,
     /// Most tokens one request may put through the model.
     pub max_request_tokens: usize,
@@ -461,6 +463,9 @@ impl Ruling {
                 max_request_tokens: options
                     .max_request_tokens
                     .min(ruling_encoder::DEFAULT_MAX_REQUEST_TOKENS),
+                max_state_tokens: options
+                    .max_context
+                    .unwrap_or(ruling_encoder::DEFAULT_MAX_STATE_TOKENS),
                 kernels,
             },
         )?;

@@ -17,6 +17,13 @@
 //! bit-identical whatever else the sequence holds, whichever tokens share its group and however
 //! tokens are split between threads: what makes answers invariant to the other questions of a
 //! request holds by construction, without the alignment the batched form needs.
+//!
+//! The windows of a long state ([`crate::pack::windows`]) are the exception: each is a block of
+//! up to 512 tokens that see exactly each other, thousands of tokens in all, where walking key
+//! lists would cost most of a request. They are attended as matrix products instead, head by
+//! head (`gemm`, one window per task). A window's result depends on its own tokens alone, and
+//! the windows on the state alone, so a question still reads the same state whatever else is
+//! asked. A state that fits one window keeps the key-list path, bit for bit as before.
 
 use std::sync::Arc;
 
@@ -36,6 +43,12 @@ pub struct KeyLists {
     /// Keys further than `reach` positions from the query are skipped (ModernBERT's local
     /// layers): the sequence's positions and the reach.
     window: Option<(Arc<[u32]>, usize)>,
+    /// Parts attended as one block of matrix products: the windows of a state read in more
+    /// than one, each a run of tokens that see exactly their run.
+    blocks: Vec<bool>,
+    /// With such windows, the tokens `0..n` they hold, which every other part's keys begin
+    /// with: those parts attend to them by matrix products too.
+    state: Option<usize>,
 }
 
 impl KeyLists {
@@ -76,11 +89,46 @@ impl KeyLists {
         if part_of.contains(&u32::MAX) {
             return None;
         }
+        // A part whose keys are its own tokens, one run, is a window of the state (the only
+        // part with no context); where there are several, each is a block.
+        let parts = starts.len() - 1;
+        let own_run = |p: usize| {
+            let list = &keys[starts[p] as usize..starts[p + 1] as usize];
+            !list.is_empty()
+                && list.windows(2).all(|w| w[1] == w[0] + 1)
+                && part_of.get(list[0] as usize) == Some(&(p as u32))
+                && list.iter().all(|&t| part_of[t as usize] == p as u32)
+                && part_of.iter().filter(|&&q| q == p as u32).count() == list.len()
+        };
+        let mut blocks: Vec<bool> = (0..parts).map(own_run).collect();
+        if blocks.iter().filter(|&&b| b).count() < 2 {
+            blocks.fill(false);
+        }
+        // The windows come first in the sequence, one after the other; every other part reads
+        // all of them before its own keys.
+        let state_tokens = part_of.iter().take_while(|&&p| blocks[p as usize]).count();
+        let leads_with_state = |p: usize| {
+            let list = &keys[starts[p] as usize..starts[p + 1] as usize];
+            list.len() >= state_tokens
+                && list[..state_tokens]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &t)| t as usize == i)
+        };
+        let state = (state_tokens > 0
+            && part_of[state_tokens..].iter().all(|&p| !blocks[p as usize])
+            && (0..parts).all(|p| blocks[p] || leads_with_state(p)))
+        .then_some(state_tokens);
+        if state.is_none() {
+            blocks.fill(false);
+        }
         Some(Self {
             keys,
             starts,
             part_of,
             window: None,
+            blocks,
+            state,
         })
     }
 
@@ -88,6 +136,9 @@ impl KeyLists {
     pub fn within(&self, positions: Arc<[u32]>, reach: usize) -> Self {
         Self {
             window: Some((positions, reach)),
+            // A block's tokens would no longer all see each other.
+            blocks: vec![false; self.blocks.len()],
+            state: None,
             ..self.clone()
         }
     }
@@ -351,14 +402,30 @@ impl CustomOp3 for Attend {
         };
         let mut out = vec![0f32; q.rows * width];
         let mut groups: Vec<(usize, &mut [f32])> = Vec::new();
+        let mut blocks: Vec<(&[u32], &mut [f32])> = Vec::new();
         let mut rest = out.as_mut_slice();
         let mut row = 0;
         while row < q.rows {
-            let part = self.lists.part_of[token_of(row)];
+            let part = self.lists.part_of[token_of(row)] as usize;
+            if self.queries.is_none() && self.lists.blocks[part] {
+                // A whole window: its tokens are these rows, in order (`KeyLists::new`).
+                let list = self.lists.keys_of(row);
+                let (block, tail) = rest.split_at_mut(list.len() * width);
+                blocks.push((list, block));
+                rest = tail;
+                row += list.len();
+                continue;
+            }
+            // Behind a windowed state, a part's rows go together, however many.
+            let most = if self.lists.state.is_some() {
+                usize::MAX
+            } else {
+                most
+            };
             let mut len = 1;
             while len < most
                 && row + len < q.rows
-                && self.lists.part_of[token_of(row + len)] == part
+                && self.lists.part_of[token_of(row + len)] as usize == part
             {
                 len += 1;
             }
@@ -366,6 +433,16 @@ impl CustomOp3 for Attend {
             groups.push((row, group));
             rest = tail;
             row += len;
+        }
+        blocks.into_par_iter().for_each(|(list, out)| {
+            block(list, self.heads, &q, &k, &v, out);
+        });
+        if let Some(state) = self.lists.state {
+            groups.into_par_iter().for_each(|(row, out)| {
+                let list = self.lists.keys_of(token_of(row));
+                after_windows(state, &list[state..], self.heads, (row, &q), &k, &v, out);
+            });
+            return Ok((CpuStorage::F32(out), Shape::from((q.rows, width))));
         }
         groups.into_par_iter().for_each(|(row, out)| {
             let token = token_of(row);
@@ -384,6 +461,254 @@ impl CustomOp3 for Attend {
         });
         Ok((CpuStorage::F32(out), Shape::from((q.rows, width))))
     }
+}
+
+/// Attention within one block of tokens that see exactly each other (`list`, consecutive
+/// tokens), head by head: the scores as one matrix product, a softmax per row, the weighted
+/// values as another, into the block's rows of `out`.
+#[allow(unsafe_code)]
+fn block(list: &[u32], heads: usize, q: &Rows<'_>, k: &Rows<'_>, v: &Rows<'_>, out: &mut [f32]) {
+    let (first, len) = (list[0] as usize, list.len());
+    let width = q.width;
+    let head_dim = width / heads;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let mut scores = vec![0f32; len * len];
+    // The rows of the block in each operand; `Rows::new` and the callers' shape checks make
+    // every row of the sequence lie within its storage, and `out` holds `len` rows of `width`.
+    let last = first + len - 1;
+    assert!(last < q.rows && last < k.rows && last < v.rows && out.len() == len * width);
+    for h in 0..heads {
+        let column = h * head_dim;
+        // SAFETY: every element the products read is `data[(first + i) * stride + column + d]`
+        // for `i < len`, `d < head_dim`, inside each operand's rows (checked above, and
+        // `column + head_dim <= width`); they write `scores` (`len x len`) and the block's
+        // `len` rows of `out` at columns `column..column + head_dim`, all in bounds. Nothing
+        // else holds these buffers during the calls.
+        unsafe {
+            gemm::gemm(
+                len,
+                len,
+                head_dim,
+                scores.as_mut_ptr(),
+                1,
+                len as isize,
+                false,
+                q.data.as_ptr().add(first * q.stride + column),
+                1,
+                q.stride as isize,
+                k.data.as_ptr().add(first * k.stride + column),
+                k.stride as isize,
+                1,
+                0.0,
+                scale,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+        softmax_rows(&mut scores, len);
+        // SAFETY: as above.
+        unsafe {
+            gemm::gemm(
+                len,
+                head_dim,
+                len,
+                out.as_mut_ptr().add(column),
+                1,
+                width as isize,
+                false,
+                scores.as_ptr(),
+                1,
+                len as isize,
+                v.data.as_ptr().add(first * v.stride + column),
+                1,
+                v.stride as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    }
+}
+
+/// Attention of the query rows `first.0 ..` of `first.1` (`out.len() / width` rows of one
+/// part) behind a windowed state: over the state's tokens `0..state` by matrix products, then
+/// over the part's other keys `rest` (its question's text, itself) one by one, under one
+/// softmax. A row's result depends on its part's rows and keys alone.
+#[allow(unsafe_code)]
+fn after_windows(
+    state: usize,
+    rest: &[u32],
+    heads: usize,
+    (row, q): (usize, &Rows<'_>),
+    k: &Rows<'_>,
+    v: &Rows<'_>,
+    out: &mut [f32],
+) {
+    let width = q.width;
+    let rows = out.len() / width;
+    let head_dim = width / heads;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let keys = state + rest.len();
+    let mut scores = vec![0f32; rows * keys];
+    assert!(row + rows <= q.rows && state <= k.rows && state <= v.rows);
+    assert!(
+        rest.iter()
+            .all(|&t| (t as usize) < k.rows && (t as usize) < v.rows)
+    );
+    for h in 0..heads {
+        let column = h * head_dim;
+        // SAFETY: the product reads query rows `row..row + rows` and key rows `0..state`, each
+        // at columns `column..column + head_dim` (within `width`), all inside their storage
+        // (checked above and by `Rows::new`); it writes the first `state` columns of each of
+        // the `rows` rows of `scores` (row stride `keys`). Nothing else holds these buffers.
+        unsafe {
+            gemm::gemm(
+                rows,
+                state,
+                head_dim,
+                scores.as_mut_ptr(),
+                1,
+                keys as isize,
+                false,
+                q.data.as_ptr().add(row * q.stride + column),
+                1,
+                q.stride as isize,
+                k.data.as_ptr().add(column),
+                k.stride as isize,
+                1,
+                0.0,
+                scale,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+        for (r, scores) in scores.chunks_exact_mut(keys).enumerate() {
+            let query = &q.row(row + r)[column..column + head_dim];
+            for (s, &key) in scores[state..].iter_mut().zip(rest) {
+                let key = &k.row(key as usize)[column..column + head_dim];
+                *s = query.iter().zip(key).map(|(a, b)| a * b).sum::<f32>() * scale;
+            }
+        }
+        softmax_rows(&mut scores, keys);
+        // SAFETY: as above for the value rows `0..state`; it writes the `rows` rows of `out`
+        // (row stride `width`) at columns `column..column + head_dim`.
+        unsafe {
+            gemm::gemm(
+                rows,
+                head_dim,
+                state,
+                out.as_mut_ptr().add(column),
+                1,
+                width as isize,
+                false,
+                scores.as_ptr(),
+                1,
+                keys as isize,
+                v.data.as_ptr().add(column),
+                1,
+                v.stride as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+        for (r, weights) in scores.chunks_exact(keys).enumerate() {
+            let out = &mut out[r * width + column..r * width + column + head_dim];
+            for (&w, &key) in weights[state..].iter().zip(rest) {
+                let value = &v.row(key as usize)[column..column + head_dim];
+                for (o, x) in out.iter_mut().zip(value) {
+                    *o += w * x;
+                }
+            }
+        }
+    }
+}
+
+/// Each row of `len` scores as its softmax, in place, where the CPU has AVX2 and FMA in
+/// registers of eight lanes.
+#[allow(unsafe_code)]
+fn softmax_rows(scores: &mut [f32], len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA, checked just above.
+        return unsafe { softmax_rows_avx2(scores, len) };
+    }
+    softmax_rows_portable(scores, len);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn softmax_rows_avx2(scores: &mut [f32], len: usize) {
+    softmax_rows_portable(scores, len);
+}
+
+/// Lanes the reductions of [`softmax_rows`] keep apart, so they vectorise.
+const LANES: usize = 8;
+
+#[inline(always)]
+fn softmax_rows_portable(scores: &mut [f32], len: usize) {
+    for row in scores.chunks_exact_mut(len) {
+        let mut most = [f32::NEG_INFINITY; LANES];
+        let mut chunks = row.chunks_exact(LANES);
+        for chunk in &mut chunks {
+            for l in 0..LANES {
+                most[l] = most[l].max(chunk[l]);
+            }
+        }
+        let max = chunks
+            .remainder()
+            .iter()
+            .chain(&most)
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut sums = [0f32; LANES];
+        let mut chunks = row.chunks_exact_mut(LANES);
+        for chunk in &mut chunks {
+            for l in 0..LANES {
+                chunk[l] = exp_below_zero(chunk[l] - max);
+                sums[l] += chunk[l];
+            }
+        }
+        let mut sum: f32 = sums.iter().sum();
+        for s in chunks.into_remainder() {
+            *s = exp_below_zero(*s - max);
+            sum += *s;
+        }
+        let inverse = 1.0 / sum;
+        for s in row.iter_mut() {
+            *s *= inverse;
+        }
+    }
+}
+
+/// `e^x` for `x <= 0` within a few units in the last place, with no branch or library call so
+/// a loop of it vectorises: `x = n ln 2 + r` with `|r| <= ln 2 / 2`, `e^r` by its Taylor
+/// polynomial to the sixth power (error under 2e-7), times `2^n` built in the exponent bits.
+/// Below -87 the result is 0 (`e^-87` is near the smallest normal float).
+#[inline(always)]
+fn exp_below_zero(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let x = x.max(-87.0);
+    let n = (x * std::f32::consts::LOG2_E + 0.5).floor();
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    let scale = f32::from_bits((((n as i32) + 127) << 23) as u32);
+    let y = p * scale;
+    if x <= -87.0 { 0.0 } else { y }
 }
 
 /// A matrix whose rows are contiguous but may be further apart than their width: one third of
@@ -454,6 +779,7 @@ mod tests {
             Limits {
                 max_positions: 512,
                 max_tokens: 10_000,
+                max_state_tokens: 10_000,
             },
         )
         .unwrap();
@@ -482,6 +808,26 @@ mod tests {
             .unwrap()
             .to_vec1()
             .unwrap()
+    }
+
+    #[test]
+    fn the_fast_exponential_is_exact_to_a_few_ulps() {
+        let mut worst = 0f64;
+        for i in 0..=870_000 {
+            let x = -(i as f32) * 1e-4;
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_below_zero(x));
+            if want > 1e-30 {
+                worst = worst.max(((got - want) / want).abs());
+            }
+        }
+        assert!(worst < 1e-6, "relative error {worst}");
+        assert_eq!(exp_below_zero(-100.0).to_bits(), 0f32.to_bits());
+        assert_eq!(exp_below_zero(0.0).to_bits(), 1f32.to_bits());
+        let mut rows = vec![0.5, -3.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+        softmax_rows(&mut rows, 11);
+        assert!((rows.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!((rows[2] / rows[3] - 2f32.exp()).abs() < 1e-4);
     }
 
     /// Every token's result is masked softmax attention over its part's keys, and its bits do

@@ -28,8 +28,13 @@ use crate::ops::Kernels;
 use crate::pack::{EncoderQuestion, Limits, PackError, PrepareError, Prepared, prepare};
 use crate::tokenizer::EncoderTokenizer;
 
-/// The most tokens one request may pack, by default: a few hundred options of a few tokens.
-pub const DEFAULT_MAX_REQUEST_TOKENS: usize = 16_384;
+/// The most tokens of state one request may carry, by default; a longer state is refused
+/// with the "maximum context length" marker.
+pub const DEFAULT_MAX_STATE_TOKENS: usize = 16_384;
+
+/// The most tokens one request may pack, by default: a state at its limit read in windows
+/// (about 15% more tokens than it has), and a few hundred options of a few tokens.
+pub const DEFAULT_MAX_REQUEST_TOKENS: usize = 32_768;
 
 /// How to serve a checkpoint.
 #[derive(Debug, Clone)]
@@ -41,6 +46,8 @@ pub struct EncoderOptions {
     pub calibration: Option<Calibration>,
     /// Most tokens one request may pack.
     pub max_request_tokens: usize,
+    /// Most tokens of state one request may carry (read in windows past the position table).
+    pub max_state_tokens: usize,
     /// How the model computes. The default, [`Kernels::FusedBf16`], multiplies the dense
     /// layers in bf16 where the CPU has AMX tiles or AVX-512 BF16 (f32 elsewhere);
     /// [`Kernels::Fused`] keeps every product in f32.
@@ -53,6 +60,7 @@ impl Default for EncoderOptions {
             served_name: None,
             calibration: None,
             max_request_tokens: DEFAULT_MAX_REQUEST_TOKENS,
+            max_state_tokens: DEFAULT_MAX_STATE_TOKENS,
             kernels: Kernels::FusedBf16,
         }
     }
@@ -114,7 +122,7 @@ impl EncoderEngine {
         let info = EngineInfo {
             model: options.served_name.unwrap_or_else(|| meta.name.clone()),
             capabilities: ruling_schema::Capabilities::default(),
-            max_context: max_positions,
+            max_context: options.max_state_tokens,
         };
         Ok(Self {
             model,
@@ -125,6 +133,7 @@ impl EncoderEngine {
             limits: Limits {
                 max_positions,
                 max_tokens: options.max_request_tokens,
+                max_state_tokens: options.max_state_tokens,
             },
             device: Device::Cpu,
         })

@@ -85,28 +85,29 @@ fn parts(rows: &[&Packed]) -> [Vec<Part>; 3] {
                 _ => runs.push((segment, offset + i..offset + i + 1)),
             }
         }
-        let state = runs
+        // The state's windows, in order: every question and option reads all of them.
+        let state: Vec<Range<usize>> = runs
             .iter()
-            .find(|(s, _)| *s == Segment::State)
+            .filter(|(s, _)| matches!(s, Segment::State(_)))
             .map(|(_, r)| r.clone())
-            .unwrap_or(offset..offset);
+            .collect();
         let mut question = offset..offset;
         for (segment, range) in runs {
             match segment {
-                Segment::State => kinds[0].push(Part {
+                Segment::State(_) => kinds[0].push(Part {
                     context: Vec::new(),
                     own: range,
                 }),
                 Segment::Question(_) => {
                     question = range.clone();
                     kinds[1].push(Part {
-                        context: vec![state.clone()],
+                        context: state.clone(),
                         own: range,
                     });
                 }
                 // Options follow their question's text in the layout.
                 Segment::Option(..) => kinds[2].push(Part {
-                    context: vec![state.clone(), question.clone()],
+                    context: state.iter().cloned().chain([question.clone()]).collect(),
                     own: range,
                 }),
                 Segment::Padding => {}
@@ -284,6 +285,7 @@ mod tests {
             Limits {
                 max_positions: 512,
                 max_tokens: 10_000,
+                max_state_tokens: 10_000,
             },
         )
         .unwrap()

@@ -31,14 +31,15 @@ pub mod train;
 
 pub use checkpoint::{BaseIdentity, CheckpointMeta, EncoderFiles};
 pub use engine::{
-    DEFAULT_MAX_REQUEST_TOKENS, EncoderEngine, EncoderOptions, Scored, ScoredQuestion, provenance,
+    DEFAULT_MAX_REQUEST_TOKENS, DEFAULT_MAX_STATE_TOKENS, EncoderEngine, EncoderOptions, Scored,
+    ScoredQuestion, provenance,
 };
 pub use error::EncoderError;
 pub use model::{BatchTensors, DecisionModel, Encoder, FamilyConfig};
 pub use ops::{AttentionMask, Kernels};
 pub use pack::{
     EncoderQuestion, Limits, PackError, Packed, PrepareError, Prepared, QuestionTokens, Special,
-    pack, prepare,
+    WINDOW_OVERLAP, pack, prepare, windows,
 };
 pub use tokenizer::EncoderTokenizer;
 

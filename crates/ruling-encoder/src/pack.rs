@@ -7,10 +7,17 @@
 //! positions never grow with the number of options or questions, and a 77-way question fits a
 //! 512-position model even though its sequence is longer than the position table.
 //!
+//! A state longer than the position table is read in *windows*: overlapping runs of its tokens,
+//! each laid out as `[CLS] run [SEP]` from position 0, one after the other ([`windows`]), each
+//! the table less the questions' room ([`window_size`]). A window's tokens see only their window, so
+//! the state costs time in proportion to its length; questions and options see every window and
+//! take their positions after the longest, as after a short state. A state that fits the table is one window, laid out exactly as
+//! before.
+//!
 //! Who sees whom is what makes answers independent of everything else in the request: the
-//! state sees only the state; a question's text sees the state and itself; an option sees the
-//! state, its question's text and itself. No token of one question or option can influence
-//! another, and no option can tell where it sits among its siblings.
+//! state sees only the state (a window only its window); a question's text sees the state and
+//! itself; an option sees the state, its question's text and itself. No token of one question
+//! or option can influence another, and no option can tell where it sits among its siblings.
 //!
 //! Everything here is plain Rust on token ids; the tensors are built by the model.
 
@@ -29,7 +36,8 @@ pub struct Special {
 /// Which part of the layout a token belongs to; it decides what the token may attend to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Segment {
-    State,
+    /// Window `w` of the state (0 for a state that fits one).
+    State(u32),
     /// The text of question `q` (0-based within the packed request).
     Question(u32),
     /// Option `o` of question `q`, its slot included.
@@ -45,8 +53,9 @@ impl Segment {
     pub fn sees(self, other: Segment) -> bool {
         match (self, other) {
             (Segment::Padding, _) | (_, Segment::Padding) => false,
-            (_, Segment::State) => true,
-            (Segment::State, _) => false,
+            (Segment::State(w), Segment::State(v)) => w == v,
+            (_, Segment::State(_)) => true,
+            (Segment::State(_), _) => false,
             (Segment::Question(q), Segment::Question(r)) => q == r,
             (Segment::Question(_), Segment::Option(..)) => false,
             (Segment::Option(q, _), Segment::Question(r)) => q == r,
@@ -151,13 +160,44 @@ pub struct Limits {
     pub max_positions: usize,
     /// Most tokens one packed request may hold.
     pub max_tokens: usize,
+    /// Most tokens a state may have (without its special tokens); a longer one is refused.
+    pub max_state_tokens: usize,
+}
+
+/// The state tokens two neighbouring windows share, so no sentence is read only cut in two.
+pub const WINDOW_OVERLAP: usize = 32;
+
+/// State tokens per window of a state longer than the position table: the table less the
+/// positions left to the questions (a quarter of it, and at least 64 where that is under half:
+/// 382 of 512 on BERT-sized models, with `[CLS]` and `[SEP]` around them), so a question sits
+/// after the windows as it sits after a short state.
+pub fn window_size(max_positions: usize) -> usize {
+    let room = (max_positions / 4).max(64.min(max_positions / 2));
+    (max_positions - room).saturating_sub(2).max(1)
+}
+
+/// The runs of a state of `len` tokens that make its windows, each at most `size` tokens: the
+/// whole state when it fits, else runs of `size` tokens starting every `size - overlap` tokens,
+/// the last ending at the state's end.
+pub fn windows(len: usize, size: usize, overlap: usize) -> Vec<std::ops::Range<usize>> {
+    if len <= size {
+        return std::iter::once(0..len).collect();
+    }
+    let stride = size.saturating_sub(overlap).max(1);
+    let mut runs: Vec<std::ops::Range<usize>> = (0..)
+        .map(|w| w * stride)
+        .take_while(|start| start + size < len)
+        .map(|start| start..start + size)
+        .collect();
+    runs.push(len - size..len);
+    runs
 }
 
 /// Why a request does not fit the layout.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PackError {
     #[error(
-        "the state is {tokens} tokens with its [CLS] and [SEP], over the {} of {limit} positions",
+        "the state is {tokens} tokens, over the {} of {limit} tokens of state this model reads",
         ruling_schema::capacity::CONTEXT
     )]
     StateTooLong { tokens: usize, limit: usize },
@@ -220,27 +260,45 @@ pub fn pack(
     special: Special,
     limits: Limits,
 ) -> Result<Packed, PackError> {
-    let state_len = state.len() + 2;
-    if state_len > limits.max_positions {
+    if state.len() > limits.max_state_tokens {
         return Err(PackError::StateTooLong {
-            tokens: state_len,
-            limit: limits.max_positions,
+            tokens: state.len(),
+            limit: limits.max_state_tokens,
         });
     }
+    // A state that fits the table is one window, as it always was; a longer one is read in
+    // windows that leave the table's last quarter to the questions.
+    let whole = limits.max_positions.saturating_sub(2).max(1);
+    let runs = if state.len() <= whole {
+        windows(state.len(), whole, WINDOW_OVERLAP)
+    } else {
+        windows(
+            state.len(),
+            window_size(limits.max_positions),
+            WINDOW_OVERLAP,
+        )
+    };
+    let state_len = runs.iter().map(|r| r.len() + 2).max().unwrap_or(2);
+    let total: usize = runs.iter().map(|r| r.len() + 2).sum();
     let mut packed = Packed {
-        tokens: Vec::with_capacity(state_len),
-        positions: Vec::with_capacity(state_len),
-        segments: Vec::with_capacity(state_len),
+        tokens: Vec::with_capacity(total),
+        positions: Vec::with_capacity(total),
+        segments: Vec::with_capacity(total),
         slots: Vec::with_capacity(questions.len()),
     };
-    packed.push(special.cls, 0, Segment::State);
-    for (i, &token) in state.iter().enumerate() {
-        packed.push(token, i + 1, Segment::State);
+    for (w, run) in runs.iter().enumerate() {
+        let segment = Segment::State(w as u32);
+        packed.push(special.cls, 0, segment);
+        for (i, &token) in state[run.clone()].iter().enumerate() {
+            packed.push(token, i + 1, segment);
+        }
+        packed.push(special.sep, run.len() + 1, segment);
     }
-    packed.push(special.sep, state_len - 1, Segment::State);
 
     for (q, question) in questions.iter().enumerate() {
         let index = q as u32;
+        // Right after the state (its longest window), whatever its options: where a question
+        // sits depends on nothing but the state, so neither do its options' probabilities.
         let mut position = state_len;
         for &token in &question.text {
             packed.push(token, position, Segment::Question(index));
@@ -398,6 +456,7 @@ mod tests {
     const ROOMY: Limits = Limits {
         max_positions: 512,
         max_tokens: 100_000,
+        max_state_tokens: 100_000,
     };
 
     fn question(text: &[u32], options: &[&[u32]]) -> QuestionTokens {
@@ -444,7 +503,7 @@ mod tests {
     fn each_part_sees_exactly_what_the_design_allows() {
         use Segment::*;
         let all = [
-            State,
+            State(0),
             Question(0),
             Option(0, 0),
             Option(0, 1),
@@ -453,10 +512,16 @@ mod tests {
         ];
         let sees =
             |a: Segment| -> Vec<Segment> { all.iter().copied().filter(|&b| a.sees(b)).collect() };
-        assert_eq!(sees(State), vec![State]);
-        assert_eq!(sees(Question(0)), vec![State, Question(0)]);
-        assert_eq!(sees(Option(0, 1)), vec![State, Question(0), Option(0, 1)]);
-        assert_eq!(sees(Option(1, 0)), vec![State, Question(1), Option(1, 0)]);
+        assert_eq!(sees(State(0)), vec![State(0)]);
+        assert_eq!(sees(Question(0)), vec![State(0), Question(0)]);
+        assert_eq!(
+            sees(Option(0, 1)),
+            vec![State(0), Question(0), Option(0, 1)]
+        );
+        assert_eq!(
+            sees(Option(1, 0)),
+            vec![State(0), Question(1), Option(1, 0)]
+        );
         assert!(!Padding.sees(Padding));
     }
 
@@ -476,13 +541,16 @@ mod tests {
         let tight = Limits {
             max_positions: 8,
             max_tokens: 20,
+            max_state_tokens: 12,
         };
-        let err = pack(&[1; 7], &[], SPECIAL, tight).unwrap_err();
+        // Longer than the table is read in windows; longer than the state limit is refused.
+        assert!(pack(&[1; 12], &[], SPECIAL, tight).is_ok());
+        let err = pack(&[1; 13], &[], SPECIAL, tight).unwrap_err();
         assert_eq!(
             err,
             PackError::StateTooLong {
-                tokens: 9,
-                limit: 8
+                tokens: 13,
+                limit: 12
             }
         );
         assert!(err.to_string().contains("maximum context length"));
@@ -491,6 +559,66 @@ mod tests {
         let many: Vec<&[u32]> = vec![&[4]; 6];
         let err = pack(&[1], &[question(&[3], &many)], SPECIAL, tight).unwrap_err();
         assert!(matches!(err, PackError::TooManyTokens { question: 0, .. }));
+    }
+
+    #[test]
+    fn windows_cover_the_state_overlapping_and_end_on_its_last_token() {
+        assert_eq!(windows(10, 10, 3), vec![0..10]);
+        assert_eq!(windows(11, 10, 3), vec![0..10, 1..11]);
+        assert_eq!(windows(30, 10, 3), vec![0..10, 7..17, 14..24, 20..30]);
+        assert_eq!(windows(100, 510, WINDOW_OVERLAP), vec![0..100]);
+        assert_eq!(window_size(512), 382);
+        for len in [511, 1_000, 16_384] {
+            let runs = windows(len, 382, WINDOW_OVERLAP);
+            assert_eq!(runs[0].start, 0);
+            assert_eq!(runs.last().unwrap().end, len);
+            assert!(runs.iter().all(|r| r.len() == 382));
+            assert!(
+                runs.windows(2)
+                    .all(|w| w[1].start > w[0].start && w[1].start + WINDOW_OVERLAP <= w[0].end)
+            );
+            // Linear: about len / (510 - overlap) windows.
+            assert!(runs.len() <= len / (382 - WINDOW_OVERLAP) + 2);
+        }
+    }
+
+    #[test]
+    fn a_long_state_is_read_in_windows_and_its_questions_follow_the_longest() {
+        let limits = Limits {
+            max_positions: 20,
+            max_tokens: 1_000,
+            max_state_tokens: 100,
+        };
+        let packed = pack(&[7; 30], &[question(&[9], &[&[4], &[5]])], SPECIAL, limits).unwrap();
+        // Windows of 13 state tokens (three quarters of 20, less [CLS] and [SEP]); the overlap
+        // is wider than that, so one starts at every token: 0..13 to 16..29, then 17..30.
+        let windows_seen: Vec<u32> = packed
+            .segments
+            .iter()
+            .filter_map(|s| match s {
+                Segment::State(w) => Some(*w),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(windows_seen.iter().max(), Some(&17));
+        // Every window starts with [CLS] at position 0.
+        for (i, s) in packed.segments.iter().enumerate() {
+            if matches!(s, Segment::State(_)) && packed.tokens[i] == SPECIAL.cls {
+                assert_eq!(packed.positions[i], 0);
+            }
+        }
+        assert!(packed.positions.iter().all(|&p| p < 20));
+        // The question starts after the windows' 15 positions, whatever its options.
+        let first_question = packed
+            .segments
+            .iter()
+            .position(|s| matches!(s, Segment::Question(_)))
+            .unwrap();
+        assert_eq!(packed.positions[first_question], 15);
+        // A window sees only itself; the question sees every window.
+        assert!(!Segment::State(0).sees(Segment::State(1)));
+        assert!(Segment::Question(0).sees(Segment::State(1)));
+        assert!(Segment::Option(0, 1).sees(Segment::State(0)));
     }
 
     #[test]

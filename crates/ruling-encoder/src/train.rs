@@ -252,7 +252,18 @@ pub struct TrainBatch {
 impl TrainBatch {
     pub fn new(examples: &[&Example], device: &Device) -> Result<Self> {
         let rows: Vec<&Packed> = examples.iter().map(|e| &e.packed).collect();
-        let tensors = BatchTensors::per_row(&rows, device)?;
+        // Row by row is a few large products, but its mask is a row's length squared: a row
+        // whose state is read in windows (thousands of tokens) trains part by part instead.
+        let windowed = rows.iter().any(|p| {
+            p.segments
+                .iter()
+                .any(|s| matches!(s, crate::pack::Segment::State(w) if *w > 0))
+        });
+        let tensors = if windowed {
+            BatchTensors::new(&rows, device)?
+        } else {
+            BatchTensors::per_row(&rows, device)?
+        };
         let slots = tensors.slot_indices(&rows);
         let total = slots.len();
         let widest = examples

@@ -118,6 +118,7 @@ fn the_answering_path_computes_what_training_computes() {
         Limits {
             max_positions: config.max_position_embeddings,
             max_tokens: 4096,
+            max_state_tokens: 4096,
         },
     )
     .unwrap();

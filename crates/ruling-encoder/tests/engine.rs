@@ -61,7 +61,29 @@ fn urgency_reversed() -> Value {
 }
 
 fn request(questions: Value) -> Value {
-    json!({"model": "test-encoder", "state": STATE, "questions": questions})
+    request_about(STATE, questions)
+}
+
+fn request_about(state: &str, questions: Value) -> Value {
+    json!({"model": "test-encoder", "state": state, "questions": questions})
+}
+
+/// A ticket history far longer than any position table: read in windows.
+fn long_state(words: usize) -> String {
+    let lines = [
+        "Customer wrote that the March invoice was charged twice to the card ending 4242.",
+        "Agent replied that the billing team would look into the duplicate charge today.",
+        "Customer asked again whether the refund had been sent, and when it would arrive.",
+        "Agent said the second payment was reversed and should appear within five days.",
+    ];
+    let mut text = String::new();
+    let mut i = 0;
+    while text.split_whitespace().count() < words {
+        text.push_str(lines[i % lines.len()]);
+        text.push(' ');
+        i += 1;
+    }
+    text
 }
 
 fn probabilities(answer: &Answer) -> Vec<(String, f64)> {
@@ -78,6 +100,11 @@ fn probabilities(answer: &Answer) -> Vec<(String, f64)> {
 }
 
 fn invariance_holds(engine: &EncoderEngine) {
+    invariance_holds_about(engine, STATE);
+}
+
+fn invariance_holds_about(engine: &EncoderEngine, state: &str) {
+    let request = |questions: Value| request_about(state, questions);
     let all = ask(
         engine,
         request(json!({"billing": billing(), "team": team(&["billing", "tech", "other"]), "urgency": urgency()})),
@@ -153,6 +180,60 @@ fn answers_are_bit_identical_on_minilm_too() {
 }
 
 #[test]
+fn a_long_state_is_read_in_windows_with_the_same_invariances() {
+    let (_dir, engine) = tiny();
+    // tiny-bert has 128 positions: 600 words are a dozen or more windows.
+    let state = long_state(600);
+    invariance_holds_about(&engine, &state);
+    let response = ask(
+        &engine,
+        request_about(&state, json!({"billing": billing()})),
+    )
+    .unwrap();
+    response.check().expect("a well-formed answer");
+    assert!(response.usage.input_tokens > 600);
+}
+
+#[test]
+fn a_long_state_keeps_the_invariances_on_minilm_too() {
+    let (_dir, engine) = engine_over(&common::minilm());
+    // About 2,100 tokens: six windows of MiniLM-L6's 382 state tokens.
+    invariance_holds_about(&engine, &long_state(1_800));
+}
+
+#[test]
+fn sixteen_thousand_tokens_are_answered_and_more_than_the_limit_is_refused() {
+    let (_dir, engine) = engine_over(&common::minilm());
+    let three = json!({"billing": billing(), "team": team(&["billing", "tech", "other"]), "urgency": urgency()});
+    let tokenizer =
+        ruling_encoder::EncoderTokenizer::load(&common::minilm().join("tokenizer.json")).unwrap();
+    let tokens = |text: &str| tokenizer.encode(text).unwrap().len();
+    // Just over 16,000 tokens of state, under the default limit of 16,384.
+    let state = long_state(13_800);
+    assert!(
+        (16_000..16_384).contains(&tokens(&state)),
+        "{}",
+        tokens(&state)
+    );
+    let response = ask(&engine, request_about(&state, three.clone())).unwrap();
+    assert_eq!(response.answers.len(), 3);
+    response.check().expect("a well-formed answer");
+    // About 20,000 tokens: refused, naming the limit, before any forward pass.
+    let longer = long_state(17_000);
+    assert!(tokens(&longer) > 19_500, "{}", tokens(&longer));
+    let err = ask(&engine, request_about(&longer, three)).unwrap_err();
+    assert!(
+        matches!(err, EngineError::InputTooLong { question: None, .. }),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("maximum context length") && message.contains("16384"),
+        "{message}"
+    );
+}
+
+#[test]
 fn answers_have_the_wire_shape_and_a_typed_trace() {
     let (_dir, engine) = tiny();
     let mut body = request(
@@ -176,6 +257,63 @@ fn answers_have_the_wire_shape_and_a_typed_trace() {
     assert_eq!(team.rotations.len(), 1, "one pass, no rotations");
     assert!(team.rotations[0].prior.is_none());
     assert!((team.temperature - 1.0).abs() < 1e-12);
+}
+
+#[test]
+fn confidences_follow_the_reference_formulas_and_a_noul_may_omit_instructions() {
+    let (_dir, engine) = tiny();
+    let response = ask(
+        &engine,
+        request(json!({
+            "bare": {"type": "noul"},
+            "team": team(&["billing", "tech", "other"]),
+            "urgency": urgency()
+        })),
+    )
+    .unwrap();
+    let Answer::Noul { noul } = response.answers["bare"] else {
+        panic!("a noul answer")
+    };
+    assert!((0.0..=1.0).contains(&noul));
+    let Answer::Choice {
+        confidence,
+        probabilities,
+        ..
+    } = &response.answers["team"]
+    else {
+        panic!("a choice answer")
+    };
+    let k = probabilities.len() as f64;
+    let top = probabilities.values().copied().fold(0.0, f64::max);
+    assert!(
+        (confidence - (top - 1.0 / k) / (1.0 - 1.0 / k)).abs() < 1e-9,
+        "{confidence}"
+    );
+    let Answer::Score {
+        confidence,
+        probabilities,
+        ..
+    } = &response.answers["urgency"]
+    else {
+        panic!("a score answer")
+    };
+    let p: Vec<f64> = (0..probabilities.len())
+        .map(|i| probabilities[&i.to_string()])
+        .collect();
+    let mode = (0..p.len()).fold(0, |m, i| if p[i] > p[m] { i } else { m });
+    let spread: f64 = p
+        .iter()
+        .enumerate()
+        .map(|(i, q)| q * i.abs_diff(mode) as f64)
+        .sum();
+    let uniform: f64 = (0..p.len())
+        .map(|i| i.abs_diff(mode) as f64 / p.len() as f64)
+        .sum();
+    let expected = (1.0 - spread / uniform).max(0.0);
+    assert!(
+        (confidence - expected).abs() < 1e-9,
+        "{confidence} against {expected}"
+    );
 }
 
 #[test]
@@ -208,7 +346,17 @@ fn a_wide_choice_is_one_pass_and_positions_do_not_grow() {
 
 #[test]
 fn limits_are_refused_with_the_marker_and_the_question() {
-    let (_dir, engine) = tiny();
+    let dir = tempfile::tempdir().unwrap();
+    common::decision_checkpoint(
+        &common::fixtures().join("tiny-bert"),
+        dir.path(),
+        "test-encoder",
+    );
+    let options = EncoderOptions {
+        max_state_tokens: 150,
+        ..EncoderOptions::default()
+    };
+    let engine = EncoderEngine::load(dir.path(), options).expect("loads");
     let long_state = "word ".repeat(200);
     let err = ask(
         &engine,

@@ -32,6 +32,7 @@ fn examples(files: &EncoderFiles) -> Vec<Example> {
     let limits = Limits {
         max_positions: files.config.max_positions(),
         max_tokens: 4096,
+        max_state_tokens: 4096,
     };
     let prepared = prepare(
         &files.tokenizer,

@@ -140,6 +140,15 @@ impl Loader {
                 if let Some(settings) = ruling.settings() {
                     meta.description = format!("{} ({})", meta.description, settings.describe());
                 }
+                if ruling.info().max_context < usize::MAX {
+                    // The encoder's is the longest state it reads; a decoder's, the longest
+                    // prefix plus branch.
+                    meta.description = format!(
+                        "{}; up to {} tokens of context",
+                        meta.description,
+                        ruling.info().max_context
+                    );
+                }
                 if ruling.info().capabilities.vision {
                     meta.description = format!(
                         "{}; reads images, up to {} per request",

@@ -146,6 +146,12 @@ struct ServeArgs {
         value_parser = parse_named_path
     )]
     adapter_calibrations: Vec<NamedPath>,
+    /// The longest context a request may use, in tokens: for the decision encoder, the longest
+    /// state (read in windows past its 512 positions; default 16,384); for a decoder, the
+    /// longest prefix plus branch (default: the model's own). Past it a request is refused
+    /// with "maximum context length".
+    #[arg(long, env = "RULING_MAX_CONTEXT")]
+    max_context: Option<usize>,
     /// `openai:` models: the model whose chat template and tokenizer render the prompts, and
     /// whose identity calibrations name (default: the spec's MODEL, a catalog name).
     #[arg(long, env = "RULING_UPSTREAM_TOKENIZER")]
@@ -306,6 +312,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         calibration: args.calibration,
         cache_dir: args.cache_dir,
         served_name: args.served_name,
+        max_context: args.max_context,
         prefix_cache_bytes: args.prefix_cache_mb.saturating_mul(1 << 20),
         max_options_per_pass: usize::from(args.max_options_per_pass),
         mmproj: args.mmproj,

@@ -156,14 +156,14 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
 }
 
 /// A `ruling-serve` child on a free port, stopped when dropped.
-struct Server {
+pub(super) struct Server {
     child: Child,
     base: String,
     load_s: f64,
 }
 
 impl Server {
-    fn start(binary: &Path, model: &str, workers: usize) -> anyhow::Result<Self> {
+    pub(super) fn start(binary: &Path, model: &str, workers: usize) -> anyhow::Result<Self> {
         let started = Instant::now();
         let mut child = Command::new(binary)
             .args([
@@ -225,7 +225,7 @@ impl Server {
     }
 
     /// Send one request; its wall time and the input tokens the server counted.
-    fn ask(&self, body: &Value) -> anyhow::Result<(Duration, u64)> {
+    pub(super) fn ask(&self, body: &Value) -> anyhow::Result<(Duration, u64)> {
         let started = Instant::now();
         let response = agent()
             .post(&format!("{}/v1/systemone", self.base))
@@ -245,7 +245,7 @@ impl Server {
         Ok((elapsed, tokens))
     }
 
-    fn peak_rss_mib(&self) -> f64 {
+    pub(super) fn peak_rss_mib(&self) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         status
