@@ -1,48 +1,54 @@
-//! The single confidence number reported next to a choice or score answer.
+//! The single confidence number reported next to a choice or score answer: the System One
+//! specification's reference formulas, so a client's thresholds mean the same on every server.
 //!
 //! Both functions take the (calibrated) probabilities of one answer and return a number in
-//! `[0, 1]`, higher meaning surer. They differ because the two answer types are read
-//! differently:
+//! `[0, 1]`, higher meaning surer, 0 for the uniform distribution and 1 for a one-hot one:
 //!
-//! - **Choice: `max_i p_i`**, the probability of the chosen key. This is what the predecessor
-//!   reported, clients already threshold on it, and it has a direct meaning: after
-//!   calibration, answers reported at confidence `c` are right about a share `c` of the time
-//!   (that is what [`crate::metrics::expected_calibration_error`] measures).
-//! - **Score: `1 - H(p) / ln n`**, one minus the Shannon entropy `H(p) = -sum_i p_i ln p_i`
-//!   (with `0 ln 0 = 0`) normalised by its largest possible value `ln n`, where `n` is the
-//!   number of levels. It is exactly 1 for a one-hot distribution and exactly 0 for the
-//!   uniform one, whatever `n` is. The reported score is an expected level, not an argmax,
-//!   so the top probability says little about it; and `max p` has a floor of `1/n` that
-//!   differs between a 2-level and a 10-level scale, while the normalised entropy puts every
-//!   scale on the same 0-to-1 footing and uses the whole distribution.
-//!   With `n = 1` there is nothing to be unsure about and `ln 1 = 0` would divide by zero, so
-//!   the confidence is defined as 1.
+//! - **Choice of K options: `(p_max - 1/K) / (1 - 1/K)`**, the top probability rescaled so
+//!   that chance (`1/K`) is 0 whatever K is. It orders answers exactly as `p_max` does; the
+//!   calibration metrics (ECE and its reliability bins) keep reading `p_max` itself, which is
+//!   the probability that the chosen key is right.
+//! - **Score of n levels: `1 - sum_i p_i |i - m| / sum_i (1/n) |i - m|`**, floored at 0,
+//!   where `m` is the most probable level (the first of equals): the expected distance from
+//!   the mode in levels, relative to that distance under the uniform distribution. The
+//!   reported score is an expected level, so what matters is how far the mass spreads from
+//!   the level it piles on, and a neighbouring level costs less than a distant one.
 //!
 //! Both refuse input that is not a probability distribution (see
-//! [`crate::distribution::check_distribution`]).
+//! [`crate::distribution::check_distribution`]); a single option or level is certain (1).
 
 use crate::distribution::{DistributionError, check_distribution};
 
-/// The confidence of a choice answer: the largest probability.
+/// The confidence of a choice answer: `(p_max - 1/K) / (1 - 1/K)`; 1 when `K = 1`.
 pub fn choice_confidence(probs: &[f64]) -> Result<f64, DistributionError> {
     check_distribution(probs)?;
-    Ok(probs.iter().copied().fold(0.0, f64::max))
+    let k = probs.len() as f64;
+    if probs.len() == 1 {
+        return Ok(1.0);
+    }
+    let top = probs.iter().copied().fold(0.0, f64::max);
+    Ok(((top - 1.0 / k) / (1.0 - 1.0 / k)).clamp(0.0, 1.0))
 }
 
-/// The confidence of a score answer: `1 - H(p) / ln n`, in `[0, 1]`; 1 when `n = 1`.
+/// The confidence of a score answer: one minus the expected distance from the mode over the
+/// uniform distribution's, floored at 0; 1 when `n = 1`.
 pub fn score_confidence(probs: &[f64]) -> Result<f64, DistributionError> {
     check_distribution(probs)?;
     if probs.len() == 1 {
         return Ok(1.0);
     }
-    let entropy: f64 = probs
+    let n = probs.len() as f64;
+    let mode = probs
         .iter()
-        .filter(|&&p| p > 0.0)
-        .map(|&p| -p * p.ln())
-        .sum();
-    let normalised = entropy / (probs.len() as f64).ln();
-    // Rounding (and the sum tolerance) can push the ratio a hair outside [0, 1].
-    Ok((1.0 - normalised).clamp(0.0, 1.0))
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |best, (i, &p)| {
+            if p > best.1 { (i, p) } else { best }
+        })
+        .0;
+    let distance = |i: usize| i.abs_diff(mode) as f64;
+    let spread: f64 = probs.iter().enumerate().map(|(i, p)| p * distance(i)).sum();
+    let uniform: f64 = (0..probs.len()).map(|i| distance(i) / n).sum();
+    Ok((1.0 - spread / uniform).clamp(0.0, 1.0))
 }
 
 #[cfg(test)]
@@ -54,11 +60,15 @@ mod tests {
     }
 
     #[test]
-    fn choice_confidence_is_the_top_probability() {
+    fn choice_confidence_rescales_the_top_probability_from_chance() {
+        // (0.5 - 1/3) / (1 - 1/3) = 0.25
         assert!(close(
             choice_confidence(&[0.2, 0.5, 0.3]).expect("valid"),
-            0.5
+            0.25
         ));
+        assert!(close(choice_confidence(&[0.25; 4]).expect("valid"), 0.0));
+        assert!(close(choice_confidence(&[0.0, 1.0]).expect("valid"), 1.0));
+        assert!(close(choice_confidence(&[1.0]).expect("valid"), 1.0));
         assert!(choice_confidence(&[]).is_err());
         assert!(choice_confidence(&[0.2, 0.2]).is_err());
     }
@@ -77,11 +87,20 @@ mod tests {
 
     #[test]
     fn score_confidence_hand_computed() {
-        // H([0.5, 0.5, 0]) = ln 2; normalised by ln 3.
-        let want = 1.0 - 2f64.ln() / 3f64.ln();
+        // Mode 1; spread 0.3 * 1 + 0.1 * 1 = 0.4; uniform (1 + 0 + 1) / 3 = 2/3.
+        let want = 1.0 - 0.4 / (2.0 / 3.0);
         assert!(close(
-            score_confidence(&[0.5, 0.5, 0.0]).expect("valid"),
+            score_confidence(&[0.3, 0.6, 0.1]).expect("valid"),
             want
+        ));
+        // Mass at both ends, mode 0: spread 0.45 * 2 = 0.9, uniform 1: floored at 0.
+        assert!(close(
+            score_confidence(&[0.55, 0.0, 0.45]).expect("valid"),
+            0.1
+        ));
+        assert!(close(
+            score_confidence(&[0.4, 0.2, 0.4]).expect("valid"),
+            0.0
         ));
         assert!(score_confidence(&[f64::NAN, 1.0]).is_err());
     }

@@ -557,11 +557,15 @@ impl<'c> Validator<'c> {
         self.forbid_extra(object, allowed, &tloc, &format!("a {tag} question"));
 
         let instructions = match object.get("instructions") {
+            // The specification lets a noul leave its instructions out: the question is then
+            // whatever its criteria (or the state) make of yes and no, as with null.
+            None if tag == "noul" => Some(Text::null()),
             None => {
                 self.missing(
                     at(&tloc, "instructions"),
                     &format!(
-                        "a {tag} question needs `instructions` (null is allowed, absence is not)"
+                        "a {tag} question needs `instructions` (null is allowed, absence is not; \
+                         only a noul may leave them out)"
                     ),
                 );
                 None

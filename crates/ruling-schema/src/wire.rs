@@ -34,6 +34,8 @@ pub struct SystemOneRequest {
 pub enum Question {
     /// Yes or no; answered with P(yes).
     Noul {
+        /// May be left out (read as null), as the specification allows for a noul.
+        #[serde(default = "Text::null")]
         instructions: Text,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         criteria: Option<NoulCriteria>,
@@ -151,6 +153,8 @@ pub enum Answer {
     Noul { noul: f64 },
     Choice {
         choice: String,
+        /// `(p_max - 1/K) / (1 - 1/K)` for K options: 0 at chance, 1 when the chosen option
+        /// holds all the probability (the System One reference formula).
         confidence: f64,
         /// Every option key with its probability, in option order.
         probabilities: IndexMap<String, f64>,
@@ -158,6 +162,9 @@ pub enum Answer {
     Score {
         /// Expected level index, in `[0, levels - 1]`.
         score: f64,
+        /// `1 - sum_i p_i |i - m| / sum_i (1/n) |i - m|` over the n levels, `m` the most
+        /// probable level, floored at 0: 0 for the uniform distribution, 1 for a certain level
+        /// (the System One reference formula).
         confidence: f64,
         /// Level index (`"0"`, `"1"`, ...) to the rendered level text.
         legend: IndexMap<String, String>,

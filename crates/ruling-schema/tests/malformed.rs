@@ -190,21 +190,30 @@ fn missing_question_type() {
 
 #[test]
 fn missing_instructions_but_null_is_fine() {
-    let detail = only(errors(&with_question(json!({"type": "noul"}))));
+    let detail = only(errors(&with_question(
+        json!({"type": "choice", "criteria": {"a": null, "b": null}}),
+    )));
     assert_error(
         &detail,
-        json!(["body", "questions", "q1", "noul", "instructions"]),
+        json!(["body", "questions", "q1", "choice", "instructions"]),
         "missing",
         "null is allowed",
     );
-    let body = with_question(json!({"type": "noul", "instructions": null}));
-    assert!(
-        parse_request(
+    for question in [
+        json!({"type": "score", "instructions": null, "criteria": ["low", "high"]}),
+        json!({"type": "noul", "instructions": null}),
+        // The specification lets a noul leave them out: it reads as null.
+        json!({"type": "noul"}),
+        json!({"type": "noul", "criteria": {"true": "it rains"}}),
+    ] {
+        let body = with_question(question.clone());
+        let valid = parse_request(
             &serde_json::to_vec(&body).expect("serialises"),
-            &Capabilities::default()
+            &Capabilities::default(),
         )
-        .is_ok()
-    );
+        .unwrap_or_else(|e| panic!("{question}: {e:?}"));
+        assert_eq!(valid.questions().len(), 1);
+    }
 }
 
 #[test]

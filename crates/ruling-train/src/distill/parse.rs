@@ -154,6 +154,11 @@ fn check_question(
     if matches!(question, Question::Box { .. }) {
         return Err(Dropped::Unsupported);
     }
+    // A request may leave a noul's instructions out, but a written question without them
+    // asks nothing the teacher's answer could teach.
+    if spec.get("instructions").is_none() {
+        return Err(Dropped::Invalid);
+    }
     Ok(question)
 }
 
