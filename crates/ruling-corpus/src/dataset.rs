@@ -137,11 +137,15 @@ pub enum Dataset {
     Chatterbot,
     /// Fortunes: choice over 22 categories of quotations and jokes.
     Fortunes,
+    /// A held-out CLINC150 request hidden in a log of development requests filling about
+    /// `tokens` tokens (0: the request alone): does any message ask about its intent, about
+    /// an absent one.
+    Needle { tokens: usize },
 }
 
 impl Dataset {
     /// Every dataset, with CLINC150 both whole and as the 20-intent subset.
-    pub const ALL: [Dataset; 24] = [
+    pub const ALL: [Dataset; 27] = [
         Dataset::Boolq,
         Dataset::ChaosnliSnli,
         Dataset::ChaosnliMnli,
@@ -166,12 +170,19 @@ impl Dataset {
         Dataset::Wordnet,
         Dataset::Chatterbot,
         Dataset::Fortunes,
+        Dataset::Needle { tokens: 0 },
+        Dataset::Needle { tokens: 2048 },
+        Dataset::Needle { tokens: 8192 },
     ];
 
     /// The question type its records ask: `noul`, `choice` or `score`.
     pub fn question_type(self) -> &'static str {
         match self {
-            Self::Boolq | Self::Sst2 | Self::Goemotions | Self::Spamassassin => "noul",
+            Self::Boolq
+            | Self::Sst2
+            | Self::Goemotions
+            | Self::Spamassassin
+            | Self::Needle { .. } => "noul",
             Self::Sst5 | Self::Sst5Train => "score",
             Self::ChaosnliSnli
             | Self::ChaosnliMnli
@@ -202,7 +213,7 @@ impl Dataset {
             | Self::Clinc150 { .. }
             | Self::Spamassassin
             | Self::Sotu => &Split::ALL,
-            Self::Banking77 | Self::AgNews | Self::Trec => &[Split::HeldOut],
+            Self::Banking77 | Self::AgNews | Self::Trec | Self::Needle { .. } => &[Split::HeldOut],
             Self::ChaosnliSnli
             | Self::ChaosnliMnli
             | Self::Goemotions
@@ -301,6 +312,16 @@ impl Dataset {
             Self::Fortunes => {
                 "which of 22 categories a quotation or joke was filed under; dev only".to_owned()
             }
+            Self::Needle { tokens: 0 } => {
+                "a held-out CLINC150 request alone in a one-message log: \
+                                           does any message ask about its intent, about another; \
+                                           held-out only"
+                    .to_owned()
+            }
+            Self::Needle { tokens } => format!(
+                "a held-out CLINC150 request among development requests filling a log of about \
+                 {tokens} tokens: does any message ask about its intent, about another; held-out only"
+            ),
         }
     }
 
@@ -349,6 +370,7 @@ impl fmt::Display for Dataset {
             Self::Wordnet => f.write_str("wordnet"),
             Self::Chatterbot => f.write_str("chatterbot"),
             Self::Fortunes => f.write_str("fortunes"),
+            Self::Needle { tokens } => f.write_str(&crate::sources::needle::name(*tokens)),
         }
     }
 }
@@ -363,7 +385,8 @@ impl FromStr for Dataset {
             what: "dataset",
             given: s.to_owned(),
             expected: format!(
-                "one of {}, or clinc150-N for N from 1 to {MAX_CLINC_SUBSET}",
+                "one of {}, or clinc150-N for N from 1 to {MAX_CLINC_SUBSET}, or needle-N for N \
+                 from 256 to 16384",
                 Self::ALL
                     .iter()
                     .map(ToString::to_string)
@@ -371,6 +394,17 @@ impl FromStr for Dataset {
                     .join(", ")
             ),
         };
+        if s == "needle-alone" {
+            return Ok(Self::Needle { tokens: 0 });
+        }
+        if let Some(n) = s.strip_prefix("needle-") {
+            // Digits only, no leading zero, 256 to 16,384 tokens.
+            let canonical = n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0');
+            return match n.parse::<usize>() {
+                Ok(n) if canonical && (256..=16_384).contains(&n) => Ok(Self::Needle { tokens: n }),
+                _ => Err(error()),
+            };
+        }
         if let Some(n) = s.strip_prefix("clinc150-") {
             // Digits only, no leading zero: one spelling per dataset.
             let canonical = n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0');

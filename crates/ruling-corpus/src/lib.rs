@@ -14,6 +14,7 @@
 //! It depends on `ruling-schema` for the question types and on no tensor library, model code,
 //! async runtime or HTTP stack: reading a dataset never needs a model.
 
+pub mod coherence;
 mod dataset;
 mod error;
 pub mod journal;

@@ -58,7 +58,7 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
 }
 
 /// Rows per split: MANIFEST.md's counts, split as the datasets README says.
-const ROWS: [(Dataset, Split, usize); 33] = [
+const ROWS: [(Dataset, Split, usize); 36] = [
     // 3,270 rows, idx 0 to 3269: 1,635 even and 1,635 odd.
     (Dataset::Boolq, Split::Dev, 1635),
     (Dataset::Boolq, Split::HeldOut, 1635),
@@ -106,6 +106,10 @@ const ROWS: [(Dataset, Split, usize); 33] = [
     (Dataset::Chatterbot, Split::Dev, 7415),
     // The 22 named categories, of 14,396 texts.
     (Dataset::Fortunes, Split::Dev, 9823),
+    // One log per in-scope CLINC150 test request (4,500 of its 5,500).
+    (Dataset::Needle { tokens: 0 }, Split::HeldOut, 4500),
+    (Dataset::Needle { tokens: 2048 }, Split::HeldOut, 4500),
+    (Dataset::Needle { tokens: 8192 }, Split::HeldOut, 4500),
     // Both CLINC150 forms read the same rows; the counts above are per form.
     (Dataset::Clinc150 { subset: Some(1) }, Split::HeldOut, 5_500),
     (

@@ -11,9 +11,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use ruling_corpus::coherence::{self, Relation};
 use ruling_corpus::{HeldOutStates, Record, TrainingOptions, TrainingSource, state_key};
 use ruling_models::files::{hex, sha256_hex};
 use ruling_schema::Capabilities;
@@ -39,15 +40,18 @@ pub struct Sources {
     /// Multipliers of record weights by source: a key applies to the family it names and to
     /// every family it prefixes with `_` (`distill` weighs `distill_boolq`, `distill_snips`).
     pub weights: BTreeMap<String, f64>,
+    /// The share of records given a coherence twin ([`add_twins`]).
+    pub coherence: f64,
     pub seed: u64,
 }
 
 /// The flags both trainers take for their records.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DataArgs {
-    /// Training sources from the development side of the datasets (comma-separated, or `all`,
-    /// or `none`): clinc150, hwu64, snips, boolq, sst5, chaosnli-snli, chaosnli-mnli, snli, cb,
-    /// rte, goemotions, medical-abstracts.
+    /// Training sources from the development side of the datasets (comma-separated, or `none`):
+    /// `all` is clinc150, hwu64, snips, boolq, sst5, chaosnli-snli, chaosnli-mnli, snli, cb,
+    /// rte, goemotions, medical-abstracts (the shipped judge's); `added` is spamassassin, sotu,
+    /// udhr, wordnet, chatterbot, fortunes.
     #[arg(long, default_value = "all", value_delimiter = ',')]
     pub datasets: Vec<String>,
     /// At most this many rows of each source (a seeded sample).
@@ -67,6 +71,18 @@ pub struct DataArgs {
     /// workspace].
     #[arg(long)]
     pub datasets_root: Option<PathBuf>,
+    /// The share of records (0 to 1) given a coherence twin: one of their questions asked
+    /// again transformed (negated, as another type, its options renamed, merged, cloned ...;
+    /// `docs/coherence.md`) with the target the transformation implies.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
+    pub coherence: f64,
+}
+
+fn parse_share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("expected a share from 0 to 1, got {text:?}")),
+    }
 }
 
 impl DataArgs {
@@ -83,6 +99,7 @@ impl DataArgs {
             caps: self.caps.iter().cloned().collect(),
             files: self.files.clone(),
             weights: self.weights.iter().cloned().collect(),
+            coherence: self.coherence,
             seed,
         })?;
         Ok((datasets, gathered))
@@ -170,6 +187,10 @@ pub fn gather(sources: &Sources) -> anyhow::Result<Gathered> {
         .context("reading the held-out splits for the overlap check")?;
     refuse_held_out(&records, &held_out)?;
     apply_weights(&mut records, &sources.weights)?;
+    if sources.coherence > 0.0 {
+        let twins = add_twins(&mut records, sources.coherence, sources.seed);
+        eprintln!("data: {twins} coherence twins added");
+    }
 
     let mut digest = Sha256::new();
     let mut families = BTreeMap::new();
@@ -184,6 +205,78 @@ pub fn gather(sources: &Sources) -> anyhow::Result<Gathered> {
         records_sha256: hex(&digest.finalize()),
         families,
     })
+}
+
+/// The relations a twin may take: every one whose expectation gives the twin a target, less
+/// those the encoder meets by construction (the batch relations, option order) and the pairs.
+const TWIN_RELATIONS: [Relation; 18] = [
+    Relation::IrrelevantOption,
+    Relation::Iia,
+    Relation::Threshold,
+    Relation::Paraphrase,
+    Relation::Rename,
+    Relation::DescriptionSwap,
+    Relation::OpaqueKeys,
+    Relation::Typos,
+    Relation::Language,
+    Relation::NoulAsChoice,
+    Relation::NoulAsScore,
+    Relation::NegationWrapper,
+    Relation::NegationNatural,
+    Relation::ChoiceComplement,
+    Relation::ScoreComplement,
+    Relation::Merge,
+    Relation::Split,
+    Relation::Clone,
+];
+
+/// Give a `share` of the records a coherence twin: one question with a target (a label or a
+/// soft target) asked again under a relation drawn for it, with the target the relation
+/// implies, as one more question of the same record (`ID~RELATION`). Drawn from `seed` and
+/// each record's state and family, so the same records always get the same twins. Returns how
+/// many were added.
+pub fn add_twins(records: &mut [Record], share: f64, seed: u64) -> usize {
+    let mut added = 0;
+    for record in records.iter_mut() {
+        let mut hash = Sha256::new();
+        hash.update(seed.to_le_bytes());
+        hash.update(record.family.as_bytes());
+        hash.update(ruling_corpus::state_key(&record.state).as_bytes());
+        let digest = hash.finalize();
+        let mut rng = ChaCha8Rng::from_seed(digest.into());
+        if !rng.random_bool(share) {
+            continue;
+        }
+        let candidates: Vec<(String, ruling_corpus::Target)> = record
+            .questions
+            .keys()
+            .filter_map(|id| record.target_distribution(id).map(|t| (id.clone(), t)))
+            .collect();
+        let Some((id, target)) = candidates.choose(&mut rng).cloned() else {
+            continue;
+        };
+        let question = record.questions[&id].clone();
+        for _ in 0..4 {
+            let relation = *TWIN_RELATIONS.choose(&mut rng).expect("relations");
+            let Some(twin) = coherence::variant(relation, &question, &mut rng) else {
+                continue;
+            };
+            let Some(twin_target) = twin.target(&target) else {
+                continue;
+            };
+            let twin_id = format!("{id}~{relation}");
+            if record.questions.contains_key(&twin_id) {
+                continue;
+            }
+            record.questions.insert(twin_id.clone(), twin.question);
+            record
+                .references
+                .insert(twin_id, ruling_corpus::Reference::target(twin_target));
+            added += 1;
+            break;
+        }
+    }
+    added
 }
 
 /// Multiply each record's weight by its source's; a weight no record's family matches is a
@@ -372,12 +465,24 @@ pub fn parse_cap(text: &str) -> Result<(String, usize), String> {
 
 pub fn parse_sources(names: &[String]) -> anyhow::Result<Vec<TrainingSource>> {
     match names {
-        [only] if only == "all" => Ok(TrainingSource::ALL.to_vec()),
         [only] if only == "none" => Ok(Vec::new()),
-        names => names
-            .iter()
-            .map(|n| n.parse::<TrainingSource>().map_err(anyhow::Error::from))
-            .collect(),
+        names => {
+            let mut sources = Vec::new();
+            for name in names {
+                // `all`: the shipped judge's labelled sources; `added`: those added since.
+                let group: Vec<TrainingSource> = match name.as_str() {
+                    "all" => TrainingSource::ALL.to_vec(),
+                    "added" => TrainingSource::ADDED.to_vec(),
+                    name => vec![name.parse::<TrainingSource>()?],
+                };
+                for source in group {
+                    if !sources.contains(&source) {
+                        sources.push(source);
+                    }
+                }
+            }
+            Ok(sources)
+        }
     }
 }
 

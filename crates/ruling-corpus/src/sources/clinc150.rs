@@ -31,13 +31,13 @@ fn parts(split: Split) -> &'static [&'static str] {
     }
 }
 
-pub(super) struct Row {
-    part: &'static str,
+pub(crate) struct Row {
+    pub(crate) part: &'static str,
     /// Position in its part's list, from 0.
-    index: usize,
-    text: String,
+    pub(crate) index: usize,
+    pub(crate) text: String,
     /// Index into the intent list, or `None` for out of scope.
-    intent: Option<usize>,
+    pub(crate) intent: Option<usize>,
 }
 
 /// Each intent's domain (`pin_change` is in `banking`), from `domains.json`.
@@ -50,7 +50,7 @@ pub(crate) fn domains(root: &Path) -> Result<IndexMap<String, String>, CorpusErr
 }
 
 /// The 150 intents in `domains.json` order, and the rows of `split`.
-pub(super) fn rows(root: &Path, split: Split) -> Result<(Vec<String>, Vec<Row>), CorpusError> {
+pub(crate) fn rows(root: &Path, split: Split) -> Result<(Vec<String>, Vec<Row>), CorpusError> {
     let domains_path = root.join("clinc150/domains.json");
     let domains: IndexMap<String, Vec<String>> = json_file(&domains_path)?;
     let intents: Vec<String> = domains.into_values().flatten().collect();

@@ -16,6 +16,7 @@ pub(crate) mod fortunes;
 mod goemotions;
 mod hwu64;
 mod medical_abstracts;
+pub(crate) mod needle;
 mod nli;
 mod snips;
 mod snli;
@@ -159,6 +160,15 @@ pub(crate) fn load(
             fortunes::record,
             sink,
         ),
+        Dataset::Needle { tokens } => {
+            let needles = needle::needles(root)?;
+            finish(
+                needles.rows(),
+                options,
+                |row| needles.record(row, tokens, options.seed),
+                sink,
+            );
+        }
     }
     Ok(())
 }

@@ -40,15 +40,15 @@ pub(crate) const PARTIES: [(&str, &str); 8] = [
 #[derive(Deserialize)]
 struct AddressLine {
     year: u32,
-    name: String,
     party: String,
     text: String,
 }
 
 /// One address.
 pub(crate) struct Address {
+    /// Position in the file, from 0 (some years have two addresses).
+    pub(crate) row: usize,
     pub(crate) year: u32,
-    pub(crate) president: String,
     pub(crate) party: &'static str,
     pub(crate) text: String,
 }
@@ -57,7 +57,7 @@ pub(crate) struct Address {
 pub(crate) fn addresses(root: &Path, split: Split) -> Result<Vec<Address>, CorpusError> {
     let path = root.join("sotu_mobydick/sotu.jsonl");
     let mut rows = Vec::new();
-    for (line, row) in jsonl_rows::<AddressLine>(&path)? {
+    for (index, (line, row)) in jsonl_rows::<AddressLine>(&path)?.into_iter().enumerate() {
         let Some((party, _)) = PARTIES.iter().find(|(p, _)| *p == row.party) else {
             return Err(CorpusError::malformed(
                 &path,
@@ -78,8 +78,8 @@ pub(crate) fn addresses(root: &Path, split: Split) -> Result<Vec<Address>, Corpu
         };
         if in_split {
             rows.push(Address {
+                row: index,
                 year: row.year,
-                president: row.name,
                 party,
                 text: row.text,
             });
@@ -91,7 +91,7 @@ pub(crate) fn addresses(root: &Path, split: Split) -> Result<Vec<Address>, Corpu
 pub(super) fn record(address: &Address) -> Record {
     single(
         "sotu",
-        format!("sotu:{}", address.year),
+        format!("sotu:{}:{}", address.year, address.row),
         address.text.clone(),
         "party",
         choice(

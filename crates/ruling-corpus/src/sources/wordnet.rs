@@ -94,7 +94,6 @@ struct Line {
 pub(crate) struct Row {
     pub(crate) pos: String,
     pub(crate) offset: String,
-    pub(crate) words: Vec<String>,
     pub(crate) definition: String,
     pub(crate) examples: Vec<String>,
     pub(crate) supersense: String,
@@ -116,7 +115,6 @@ pub(crate) fn rows(root: &Path) -> Result<Vec<Row>, CorpusError> {
             Ok(Row {
                 pos: l.pos,
                 offset: l.offset,
-                words: l.words,
                 definition: l.definition.trim().to_owned(),
                 examples: l.examples,
                 supersense: l.label,

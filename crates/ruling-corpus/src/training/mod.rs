@@ -39,6 +39,13 @@ use crate::error::CorpusError;
 use crate::record::{Label, Record, Reference, Target};
 use crate::sources::{clinc150, sst};
 
+mod labels;
+mod logs;
+mod mentions;
+
+/// Logs drawn when no `per_source` is given.
+const LOGS_DEFAULT: usize = 2_000;
+
 /// A source of training records: one kind of question over one dataset's development data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TrainingSource {
@@ -66,9 +73,26 @@ pub enum TrainingSource {
     Goemotions,
     /// Medical Abstracts: a choice over the 5 topics.
     MedicalAbstracts,
+    /// SpamAssassin's development groups: whole e-mails, spam or not.
+    Spamassassin,
+    /// State of the Union addresses of even years, whole: which party's president.
+    Sotu,
+    /// UDHR paragraphs: which language.
+    Udhr,
+    /// WordNet noun and verb definitions: which supersense.
+    Wordnet,
+    /// ChatterBot openers: which topic.
+    Chatterbot,
+    /// Quotations: which category.
+    Fortunes,
+    /// Logs of many CLINC150 development requests: which message asks what (`logs.rs`).
+    Logs,
+    /// Whole chapters of Moby-Dick: does the text mention a name (`mentions.rs`).
+    MobyDick,
 }
 
 impl TrainingSource {
+    /// The labelled sources of the shipped judge's recipe (`--datasets all`).
     pub const ALL: [TrainingSource; 12] = [
         TrainingSource::Clinc150,
         TrainingSource::Hwu64,
@@ -83,6 +107,24 @@ impl TrainingSource {
         TrainingSource::Goemotions,
         TrainingSource::MedicalAbstracts,
     ];
+
+    /// The sources added for the distilled judge (`--datasets added`): their labels asked in
+    /// the taxonomy's ways (`labels.rs`).
+    pub const ADDED: [TrainingSource; 8] = [
+        TrainingSource::Spamassassin,
+        TrainingSource::Sotu,
+        TrainingSource::Udhr,
+        TrainingSource::Wordnet,
+        TrainingSource::Chatterbot,
+        TrainingSource::Fortunes,
+        TrainingSource::Logs,
+        TrainingSource::MobyDick,
+    ];
+
+    /// Every source, [`Self::ALL`] then [`Self::ADDED`].
+    pub fn every() -> impl Iterator<Item = TrainingSource> {
+        Self::ALL.into_iter().chain(Self::ADDED)
+    }
 
     /// The name on the command line and in [`SourceReport::source`] and [`Record::family`].
     pub fn as_str(self) -> &'static str {
@@ -99,6 +141,14 @@ impl TrainingSource {
             Self::Rte => "rte",
             Self::Goemotions => "goemotions",
             Self::MedicalAbstracts => "medical-abstracts",
+            Self::Spamassassin => "spamassassin",
+            Self::Sotu => "sotu",
+            Self::Udhr => "udhr",
+            Self::Wordnet => "wordnet",
+            Self::Chatterbot => "chatterbot",
+            Self::Fortunes => "fortunes",
+            Self::Logs => "logs",
+            Self::MobyDick => "moby-dick",
         }
     }
 
@@ -117,6 +167,15 @@ impl TrainingSource {
             Self::Rte => &[Dataset::Rte],
             Self::Goemotions => &[Dataset::Goemotions],
             Self::MedicalAbstracts => &[Dataset::MedicalAbstracts],
+            Self::Spamassassin => &[Dataset::Spamassassin],
+            Self::Sotu => &[Dataset::Sotu],
+            Self::Udhr => &[Dataset::Udhr],
+            Self::Wordnet => &[Dataset::Wordnet],
+            Self::Chatterbot => &[Dataset::Chatterbot],
+            Self::Fortunes => &[Dataset::Fortunes],
+            Self::Logs => &[Dataset::Clinc150 { subset: None }],
+            // Its chapters are read directly: the novel has no labelled question.
+            Self::MobyDick => &[],
         }
     }
 
@@ -130,6 +189,14 @@ impl TrainingSource {
             }
             Self::Goemotions => Kind::Emotions,
             Self::MedicalAbstracts => Kind::Topics,
+            Self::Spamassassin => Kind::Spam,
+            Self::Sotu => Kind::Party,
+            Self::Udhr => Kind::Language,
+            Self::Wordnet => Kind::Supersense,
+            Self::Chatterbot => Kind::ChatTopic,
+            Self::Fortunes => Kind::QuoteCategory,
+            Self::Logs => Kind::Logs,
+            Self::MobyDick => Kind::Mentions,
         }
     }
 }
@@ -144,11 +211,10 @@ impl FromStr for TrainingSource {
     type Err = ParseNameError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
+        Self::every()
             .find(|source| source.as_str() == s)
             .ok_or_else(|| {
-                let names: Vec<&str> = Self::ALL.iter().map(|s| s.as_str()).collect();
+                let names: Vec<&str> = Self::every().map(|s| s.as_str()).collect();
                 ParseNameError::new("training source", s, format!("one of {}", names.join(", ")))
             })
     }
@@ -281,8 +347,12 @@ pub fn held_out_states(root: &Path) -> Result<HeldOutStates, CorpusError> {
     };
     let mut states = HeldOutStates::default();
     for dataset in Dataset::ALL {
-        // The CLINC150 subsets ask about the same rows as the full question.
-        let same_rows_as_full = matches!(dataset, Dataset::Clinc150 { subset: Some(_) });
+        // The CLINC150 subsets ask about the same rows as the full question, and so do the
+        // needle logs (their held-out part is a CLINC150 test request).
+        let same_rows_as_full = matches!(
+            dataset,
+            Dataset::Clinc150 { subset: Some(_) } | Dataset::Needle { .. }
+        );
         if same_rows_as_full || !dataset.splits().contains(&Split::HeldOut) {
             continue;
         }
@@ -332,7 +402,7 @@ fn build_source(
     for &dataset in source.datasets() {
         for_each_record(dataset, Split::Dev, &load, &mut |mut record| {
             rows += 1;
-            if kind == Kind::Intents {
+            if matches!(kind, Kind::Intents | Kind::Logs) {
                 // Every row asks the same question over all the intents: keep one copy, not
                 // one per row (CLINC150's has 151 options).
                 let question = record.questions.swap_remove(INTENT);
@@ -347,19 +417,59 @@ fn build_source(
             }
         })?;
     }
-    let domains = if source == TrainingSource::Clinc150 {
+    let domains = if matches!(source, TrainingSource::Clinc150 | TrainingSource::Logs) {
         clinc150::domains(root)?
     } else {
         IndexMap::new()
     };
+    if kind == Kind::Mentions {
+        return moby_dick(source, root, held_out, options);
+    }
+    if kind == Kind::Logs {
+        let names: Vec<String> = match &intent_question {
+            Some(Question::Choice { criteria, .. }) => criteria
+                .keys()
+                .filter(|k| *k != clinc150::OUT_OF_SCOPE)
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        };
+        let count = options.per_source.unwrap_or(LOGS_DEFAULT);
+        let records: Vec<Record> = (0..count)
+            .map(|i| {
+                let mut rng = row_rng(options.seed, &format!("training-logs:{i}"));
+                logs::record(i, &kept, &names, &domains, &mut rng)
+            })
+            .collect();
+        let report = SourceReport {
+            source: source.as_str().to_owned(),
+            rows,
+            records: records.len(),
+            questions: records.iter().map(|r| r.questions.len()).sum(),
+            dropped_held_out,
+        };
+        return Ok((report, records));
+    }
     let intents = intent_question.map(|question| IntentSet::new(question, domains));
+    // Whole addresses are also asked whether they mention a name; the others are where absent
+    // names come from.
+    let documents: Vec<String> = if kind == Kind::Party {
+        kept.iter().map(|r| r.state.render()).collect()
+    } else {
+        Vec::new()
+    };
+    let others: Vec<&str> = documents.iter().map(String::as_str).collect();
     let sample_seed = row_rng(options.seed, &format!("training-sample:{source}")).next_u64();
     let records: Vec<Record> = sample_indices(kept.len(), options.per_source, sample_seed)
         .into_iter()
         .map(|i| {
             let row = &kept[i];
             let mut rng = row_rng(options.seed, &format!("training:{}", row.display_id()));
-            let draft = draft(kind, intents.as_ref(), row, &mut rng);
+            let mut draft = draft(kind, intents.as_ref(), row, &mut rng);
+            if kind == Kind::Party {
+                let text = row.state.render();
+                mentions::ask(&text, &others, "mention", &mut rng, &mut draft);
+            }
             Record {
                 id: row.id.clone(),
                 family: source.as_str().to_owned(),
@@ -381,6 +491,55 @@ fn build_source(
     Ok((report, records))
 }
 
+/// Moby-Dick's chapters, each asked one or two mention questions (`mentions.rs`).
+fn moby_dick(
+    source: TrainingSource,
+    root: &Path,
+    held_out: &HeldOutStates,
+    options: &TrainingOptions,
+) -> Result<(SourceReport, Vec<Record>), CorpusError> {
+    let sections = crate::sources::sotu::moby_dick(root)?;
+    let rows = sections.len();
+    let kept: Vec<_> = sections
+        .into_iter()
+        .filter(|s| !held_out.contains(&State::from(s.text.clone())))
+        .collect();
+    let dropped_held_out = rows - kept.len();
+    let texts: Vec<&str> = kept.iter().map(|s| s.text.as_str()).collect();
+    let sample_seed = row_rng(options.seed, &format!("training-sample:{source}")).next_u64();
+    let mut records = Vec::new();
+    for i in sample_indices(kept.len(), options.per_source, sample_seed) {
+        let section = &kept[i];
+        let id = format!("moby-dick:{}", section.name);
+        let mut rng = row_rng(options.seed, &format!("training:{id}"));
+        let mut draft = Draft::default();
+        mentions::ask(&section.text, &texts, "mention", &mut rng, &mut draft);
+        if rng.random_bool(0.5) {
+            mentions::ask(&section.text, &texts, "mention_2", &mut rng, &mut draft);
+        }
+        if draft.questions.is_empty() {
+            continue;
+        }
+        records.push(Record {
+            id: Some(id),
+            family: source.as_str().to_owned(),
+            state: State::from(section.text.clone()),
+            questions: draft.questions,
+            labels: draft.labels,
+            references: draft.references,
+            weight: 1.0,
+        });
+    }
+    let report = SourceReport {
+        source: source.as_str().to_owned(),
+        rows,
+        records: records.len(),
+        questions: records.iter().map(|r| r.questions.len()).sum(),
+        dropped_held_out,
+    };
+    Ok((report, records))
+}
+
 /// The kinds of question the sources are turned into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -390,6 +549,14 @@ enum Kind {
     Sentiment,
     Emotions,
     Topics,
+    Spam,
+    Party,
+    Language,
+    Supersense,
+    ChatTopic,
+    QuoteCategory,
+    Logs,
+    Mentions,
 }
 
 /// The question ids of training records: the evaluation readers' own, so a question means the
@@ -435,6 +602,15 @@ fn draft(kind: Kind, intents: Option<&IntentSet>, row: &Record, rng: &mut ChaCha
         Kind::Sentiment => sentiment(row, rng),
         Kind::Emotions => emotions(row, rng),
         Kind::Topics => topics(row, rng),
+        Kind::Spam => labels::spam(row, rng),
+        Kind::Party => labels::draft(row, &labels::PARTY, rng),
+        Kind::Language => labels::draft(row, &labels::LANGUAGE, rng),
+        Kind::Supersense => labels::draft(row, &labels::SUPERSENSE, rng),
+        Kind::ChatTopic => labels::draft(row, &labels::CHAT_TOPIC, rng),
+        Kind::QuoteCategory => labels::draft(row, &labels::QUOTE_CATEGORY, rng),
+        Kind::Logs | Kind::Mentions => {
+            unreachable!("logs and mentions read many rows at once (build_source)")
+        }
     }
 }
 

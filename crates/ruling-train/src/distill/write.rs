@@ -10,6 +10,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use ruling_core::{ChatMessage, DecoderBackend, Finish, Options, Role, Sampling, Writer};
 use ruling_corpus::journal::Appender;
+use ruling_corpus::taxonomy::Kind;
 use ruling_corpus::{Dataset, LoadOptions, Record, Split, state_key};
 use ruling_models::files::sha256_hex;
 use ruling_schema::{Capabilities, State};
@@ -66,6 +67,11 @@ pub struct WriteArgs {
     /// 1.5B writer; the replies that went past this were loops of one question repeated.
     #[arg(long, default_value_t = 768)]
     pub max_tokens: usize,
+    /// Ask for kinds of the taxonomy (`docs/distill.md`) instead of leaving the mix to the
+    /// writer: every state is asked for statements to check against it (supported,
+    /// contradicted, not mentioned) and for one or two other kinds drawn per state.
+    #[arg(long)]
+    pub kinds: bool,
     /// Stop (cleanly, resumable) once the journal holds this many states.
     #[arg(long)]
     pub stop_after: Option<usize>,
@@ -180,7 +186,11 @@ impl WriteSettings {
                     .join("\n")
                     .as_bytes(),
             ),
-            prompt_version: PROMPT_VERSION,
+            prompt_version: if args.kinds {
+                KINDS_PROMPT_VERSION
+            } else {
+                PROMPT_VERSION
+            },
         }
     }
 }
@@ -195,6 +205,67 @@ struct Candidate {
 
 /// Bumped whenever the writer prompt changes, so a resumed run never mixes two prompts.
 const PROMPT_VERSION: u32 = 3;
+/// The prompt that asks for the taxonomy's kinds (`--kinds`).
+const KINDS_PROMPT_VERSION: u32 = 4;
+
+/// The kinds the writer is asked for besides claims: those a template cannot write because
+/// they need the document's own content.
+const WRITER_KINDS: [Kind; 5] = [
+    Kind::Mention,
+    Kind::Subject,
+    Kind::Topic,
+    Kind::Request,
+    Kind::Tone,
+];
+
+/// The kinds one state is asked for: claims, then one or two others drawn by the batch's seed
+/// and the state's key.
+fn kinds_for(seed: u64, key: &str) -> Vec<Kind> {
+    let mut hash = seed;
+    for byte in key.bytes() {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let first = WRITER_KINDS[(hash % WRITER_KINDS.len() as u64) as usize];
+    let second = WRITER_KINDS[((hash >> 17) % WRITER_KINDS.len() as u64) as usize];
+    let mut kinds = vec![Kind::Claim, first];
+    if second != first && hash & (1 << 40) != 0 {
+        kinds.push(second);
+    }
+    kinds
+}
+
+/// The conversation asking for `count` questions of the given kinds about `state`: claims
+/// spelled out as nouls of three sorts, the other kinds by the taxonomy's brief.
+fn kinds_prompt(state: &State, count: usize, kinds: &[Kind]) -> Vec<ChatMessage> {
+    let briefs: Vec<String> = kinds
+        .iter()
+        .map(|k| format!("- {}: {}", k.as_str(), k.writer_brief()))
+        .collect();
+    let user = format!(
+        r#"Document:
+{document}
+
+Write exactly {count} questions a program could ask about this document, of these kinds:
+{briefs}
+For "claim", write yes/no questions of type "noul" ("Does the text say that ...?"): at least one the document clearly supports, one it contradicts (change a name, a number or a fact it states) and one it does not mention. For the other kinds use "noul", "choice" (2 to 8 named options, each with its meaning in "criteria") or "score" (3 to 5 levels from lowest to highest in "criteria"). Every choice and every score needs its "criteria". Keep each question to one sentence with a short snake_case id.
+
+Reply with only this JSON object, {count} entries in all:
+{{"questions": {{
+  "an_id": {{"type": "noul", "instructions": "..."}},
+  "another_id": {{"type": "choice", "instructions": "...", "criteria": {{"name_of_an_option": "what this option means", "name_of_another_option": "what that option means"}}}},
+  "a_third_id": {{"type": "score", "instructions": "...", "criteria": ["lowest level", "middle level", "highest level"]}}
+}}}}"#,
+        document = state.render(),
+        briefs = briefs.join(
+            "
+"
+        ),
+    );
+    vec![
+        ChatMessage::new(Role::System, WRITER_SYSTEM),
+        ChatMessage::new(Role::User, user),
+    ]
+}
 
 const WRITER_SYSTEM: &str = "You write test questions for software that reads a document and \
     makes quick typed judgments about it. You answer with one JSON object and no other text.";
@@ -372,7 +443,13 @@ fn write_batch(
 ) -> anyhow::Result<(Vec<WrittenState>, usize)> {
     let conversations: Vec<_> = batch
         .iter()
-        .map(|c| writer_prompt(&c.state, args.questions))
+        .map(|c| {
+            if args.kinds {
+                kinds_prompt(&c.state, args.questions, &kinds_for(args.seed, &c.key))
+            } else {
+                writer_prompt(&c.state, args.questions)
+            }
+        })
         .collect();
     let sampling = Sampling {
         temperature: args.temperature,
@@ -560,6 +637,28 @@ mod tests {
         let example = prompt[1].content.split("in all:\n").nth(1).unwrap();
         let parsed = parse_reply(example, &state, &Capabilities::default());
         assert_eq!(parsed.questions.len(), 3, "{:?}", parsed.dropped);
+    }
+
+    #[test]
+    fn the_kinds_prompt_asks_for_claims_and_its_example_parses() {
+        let state = State::from("The meeting moved to Friday at 3 pm in room 4.".to_owned());
+        let kinds = kinds_for(0, "some key");
+        assert_eq!(kinds[0], Kind::Claim);
+        assert!((2..=3).contains(&kinds.len()));
+        let prompt = kinds_prompt(&state, 5, &kinds);
+        assert!(
+            prompt[1]
+                .content
+                .contains("- claim: statements about the document")
+        );
+        assert!(prompt[1].content.contains("one it contradicts"));
+        let example = prompt[1].content.split("in all:\n").nth(1).unwrap();
+        let parsed = parse_reply(example, &state, &Capabilities::default());
+        assert_eq!(parsed.questions.len(), 3, "{:?}", parsed.dropped);
+        // Different states are asked for different kinds.
+        let drawn: std::collections::HashSet<Vec<Kind>> =
+            (0..40).map(|i| kinds_for(0, &format!("key {i}"))).collect();
+        assert!(drawn.len() > 3);
     }
 
     #[test]

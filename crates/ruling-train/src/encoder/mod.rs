@@ -123,6 +123,9 @@ pub struct TrainConfig {
     /// `--weight`: multipliers of record weights by source.
     #[serde(default)]
     pub weights: std::collections::BTreeMap<String, f64>,
+    /// `--coherence`: the share of records given a coherence twin.
+    #[serde(default)]
+    pub coherence: f64,
     pub records_sha256: String,
     pub steps: u64,
     pub batch_tokens: usize,
@@ -155,6 +158,7 @@ impl state::RunConfig for TrainConfig {
             caps,
             data,
             weights,
+            coherence,
             records_sha256,
             batch_tokens,
             learning_rate,
@@ -261,6 +265,7 @@ impl TrainConfig {
             caps: args.data.caps.iter().cloned().collect(),
             data: gathered.files.clone(),
             weights: args.data.weights.iter().cloned().collect(),
+            coherence: args.data.coherence,
             records_sha256: gathered.records_sha256.clone(),
             steps: args.steps,
             batch_tokens: args.batch_tokens,
@@ -312,6 +317,7 @@ impl Sides {
         let limits = Limits {
             max_positions: base.config.max_positions(),
             max_tokens: config.max_tokens,
+            max_state_tokens: ruling_encoder::DEFAULT_MAX_STATE_TOKENS,
         };
         let (train, _, skipped) = examples::examples(&split.train, &base.tokenizer, limits)?;
         let (valid, valid_families, _) = examples::examples(&split.valid, &base.tokenizer, limits)?;

@@ -154,6 +154,7 @@ fn rebuild_sides(first: &Ingredient, datasets_root: Option<PathBuf>) -> anyhow::
         files: config.data.iter().map(|f| f.path.clone()).collect(),
         weights: config.weights.clone().into_iter().collect(),
         datasets_root,
+        coherence: config.coherence,
     };
     let (_, gathered) = data.gather(config.seed)?;
     if gathered.records_sha256 != config.records_sha256 {
