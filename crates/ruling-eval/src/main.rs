@@ -9,11 +9,15 @@
 //!   (`calibrate.rs`); `report` writes `report.md`, `report.json` and the SVG figures
 //!   (`summary.rs`, `report.rs`, `figures.rs`); `compare` sets two result sets side by side
 //!   with paired bootstrap intervals (`compare.rs`).
+//! - `coherence` runs the metamorphic suite: development states' questions and their
+//!   rewritings (negations, merged options, thresholds, paraphrases, ...) asked of a model or
+//!   a server, scored per relation and dimension (`coherence/`, `docs/coherence.md`).
 //!
 //! `docs/eval.md` documents the commands, the result format and every derivation.
 
 mod calibrate;
 mod client;
+mod coherence;
 mod compare;
 mod derive;
 mod figures;
@@ -62,6 +66,8 @@ enum Command {
     Compare(compare::CompareArgs),
     /// Have a decoder write the assistant's turn for prompts (seeded sampling).
     Write(write::WriteArgs),
+    /// The metamorphic coherence suite: do the answers obey probability? Writes report.md.
+    Coherence(coherence::CoherenceArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -147,6 +153,7 @@ fn main() -> anyhow::Result<()> {
         Command::Report(args) => report::report(args),
         Command::Compare(args) => compare::compare(args),
         Command::Write(args) => write::write(args),
+        Command::Coherence(args) => coherence::coherence(args),
     }
 }
 
