@@ -1,7 +1,7 @@
 //! `cargo xtask bench long`: the decision encoder on long states, through `ruling-serve`.
 //!
 //! States of exactly 512, 2,048, 8,192 and 16,384 tokens (by the served checkpoint's own
-//! tokenizer) are cut from Moby-Dick (development data), and asked 1 question and 8 questions
+//! tokenizer) are cut from Moby-Dick (development data), and asked 1, 3 and 8 questions
 //! at a time, over loopback HTTP as a client would. Each length gets a server of its own, so
 //! the peak resident memory read from `/proc` before it stops is that length's. Medians of a
 //! few requests after one untimed warm-up. Writes `docs/bench/long-states.md` and `.json`.
@@ -125,8 +125,9 @@ pub fn run(args: &LongBenchArgs) -> anyhow::Result<()> {
             .filter_map(|v| v["text"].as_str().map(str::to_owned))
             .collect::<Vec<_>>()
             .join("\n\n");
+    // `encode`, not `encode_fast`: the cut needs each token's offsets.
     let encoding = tokenizer
-        .encode_fast(novel.as_str(), false)
+        .encode(novel.as_str(), false)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut rows = Vec::new();
     for &length in &args.lengths {
@@ -144,7 +145,7 @@ pub fn run(args: &LongBenchArgs) -> anyhow::Result<()> {
             args.model
         );
         let server = Server::start(&args.server, &args.model, 1)?;
-        for count in [1, 8] {
+        for count in [1, 3, 8] {
             let body =
                 json!({"model": "jev-latest", "state": state, "questions": questions(count)});
             server.ask(&body)?;
@@ -179,14 +180,23 @@ fn write_report(args: &LongBenchArgs, rows: &[Row]) -> anyhow::Result<()> {
         "# Long states\n\nWritten by `cargo xtask bench long` (`xtask/src/bench/long.rs`): \
          `{}` served by the release `ruling-serve` (one engine worker, default settings), states \
          cut from Moby-Dick to exactly the lengths below by the checkpoint's tokenizer, asked \
-         1 and 8 questions over loopback HTTP; medians of {} requests after a warm-up. A state \
+         1, 3 and 8 questions over loopback HTTP; medians of {} requests after a warm-up. A state \
          past the 510 tokens of one window is read in windows (`docs/encoder.md`, \"Long states\"); \
          input tokens count every window, overlaps included, and the questions. Peak RSS is the \
          server's, a fresh one per length.\n\n",
         args.model, args.repeats
     );
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "an unknown CPU".to_owned());
     md.push_str(&format!(
-        "Machine: {} cores; {}.\n\n",
+        "Machine: {}, {} cores; {}.\n\n",
+        cpu,
         std::thread::available_parallelism().map_or(0, usize::from),
         humantime::format_rfc3339_seconds(std::time::SystemTime::now())
     ));
