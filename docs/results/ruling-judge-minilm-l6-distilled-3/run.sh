@@ -20,7 +20,7 @@ recipe="--datasets all,added --per-source 2000 --cap clinc150=6000 --cap sst5=96
   --cap spamassassin=1500 --cap sotu=40 --cap moby-dick=60 --cap logs=2000 --cap udhr=1500
   --cap wordnet=1500 --cap chatterbot=1500 --cap fortunes=1500
   --valid-fraction 0.03 --valid-records 800 --steps 1500 --eval-every 150 --warmup 100
-  --max-tokens 12288 --coherence 0.3"
+  --max-tokens 4096 --coherence 0.3"
 distilled="--data data/distill/answered.jsonl --data data/distill-2/answered.jsonl
   --data data/distill-3/answered.jsonl"
 

@@ -48,17 +48,14 @@ pub(super) fn record(
     let text_refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let mut draft = Draft::default();
 
-    // Does any message ask about an intent: one that is there half the time.
-    let yes = !present.is_empty() && rng.random_bool(0.5);
+    // Does any message ask about an intent: one that is there half the time (always, when a
+    // long log holds every intent).
+    let absent: Vec<&String> = intents.iter().filter(|i| !present.contains(i)).collect();
+    let yes = !present.is_empty() && (absent.is_empty() || rng.random_bool(0.5));
     let asked = if yes {
         present.choose(rng).expect("present").clone()
     } else {
-        loop {
-            let candidate = intents.choose(rng).expect("intents");
-            if !present.contains(candidate) {
-                break candidate.clone();
-            }
-        }
+        (*absent.choose(rng).expect("an absent intent")).clone()
     };
     draft.ask("any", any_message_asks(&asked), Label::Yes(yes));
 
@@ -121,5 +118,54 @@ pub(super) fn record(
         labels: draft.labels,
         references: draft.references,
         weight: 1.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn row(text: &str, intent: &str) -> Record {
+        Record {
+            id: None,
+            family: "clinc150".into(),
+            state: State::from(text.to_owned()),
+            questions: IndexMap::new(),
+            labels: IndexMap::from([("intent".to_owned(), Label::Key(intent.to_owned()))]),
+            references: IndexMap::new(),
+            weight: 1.0,
+        }
+    }
+
+    #[test]
+    fn logs_ask_about_their_messages_even_when_every_intent_is_present() {
+        let rows = vec![
+            row("move 10 dollars to savings", "transfer"),
+            row("what is my balance", "balance"),
+            row("book a table for two", "restaurant_reservation"),
+        ];
+        let intents: Vec<String> = ["transfer", "balance", "restaurant_reservation"]
+            .map(String::from)
+            .to_vec();
+        let domains = IndexMap::from([("transfer".to_owned(), "banking".to_owned())]);
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for i in 0..200 {
+            let record = record(i, &rows, &intents, &domains, &mut rng);
+            record
+                .validate(&ruling_schema::Capabilities::default())
+                .unwrap_or_else(|e| panic!("{e}"));
+            let text = record.state.render();
+            let Label::Yes(yes) = record.labels["any"] else { panic!() };
+            let ruling_schema::Question::Noul { instructions, .. } = &record.questions["any"] else {
+                panic!()
+            };
+            let asked = instructions.render();
+            let present = rows.iter().any(|r| {
+                let Label::Key(intent) = &r.labels["intent"] else { panic!() };
+                text.contains(&r.state.render()) && asked.contains(&intent.replace('_', " "))
+            });
+            assert_eq!(yes, present, "{asked}\n{text}");
+        }
     }
 }
