@@ -30,7 +30,7 @@ pub struct CiArgs {
 
 pub fn run(args: &CiArgs) -> anyhow::Result<()> {
     let started = Instant::now();
-    step_fn("system packages", crate::prereq::ensure)?;
+    step_fn("system packages", crate::prereq::ensure_for_tests)?;
     if !args.tests_only {
         step("format", cargo(&["fmt", "--all", "--", "--check"]))?;
         step(

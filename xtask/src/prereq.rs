@@ -14,6 +14,8 @@ struct Need {
     what: &'static str,
     package: &'static str,
     present: fn() -> bool,
+    /// Needed by the tests only (`ci`), not to build or serve.
+    tests_only: bool,
 }
 
 const NEEDS: &[Need] = &[
@@ -21,16 +23,26 @@ const NEEDS: &[Need] = &[
         what: "cmake",
         package: "cmake",
         present: || runs("cmake", &["--version"]),
+        tests_only: false,
     },
     Need {
         what: "a C++ compiler",
         package: "g++",
         present: || runs("c++", &["--version"]),
+        tests_only: false,
     },
     Need {
         what: "libclang (for bindgen)",
         package: "libclang-dev",
         present: libclang_present,
+        tests_only: false,
+    },
+    // ruling-serve's tests/nginx.rs: replicas behind the load balancer operators run.
+    Need {
+        what: "nginx",
+        package: "nginx",
+        present: || runs("nginx", &["-v"]) || std::path::Path::new("/usr/sbin/nginx").is_file(),
+        tests_only: true,
     },
 ];
 
@@ -82,9 +94,24 @@ fn libclang_present() -> bool {
     .any(|dir: std::path::PathBuf| in_dir(&dir))
 }
 
-/// Install what is missing (apt-get, as root or through sudo), or fail saying what to install.
+/// Install what building and serving need and is missing (apt-get, as root or through sudo),
+/// or fail saying what to install.
 pub fn ensure() -> anyhow::Result<()> {
-    let missing: Vec<&Need> = NEEDS.iter().filter(|need| !(need.present)()).collect();
+    ensure_needs(false)
+}
+
+/// [`ensure`], and what the tests need besides (nginx).
+pub fn ensure_for_tests() -> anyhow::Result<()> {
+    ensure_needs(true)
+}
+
+fn ensure_needs(tests: bool) -> anyhow::Result<()> {
+    let wanted = |need: &&Need| tests || !need.tests_only;
+    let missing: Vec<&Need> = NEEDS
+        .iter()
+        .filter(wanted)
+        .filter(|need| !(need.present)())
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -107,10 +134,7 @@ pub fn ensure() -> anyhow::Result<()> {
             packages.join(" ")
         );
     }
-    eprintln!(
-        "xtask: installing {} for the llama.cpp build (apt-get, once)",
-        packages.join(" ")
-    );
+    eprintln!("xtask: installing {} (apt-get, once)", packages.join(" "));
     let apt = |args: &[&str]| -> anyhow::Result<()> {
         let mut command = if root {
             Command::new("apt-get")
@@ -128,6 +152,7 @@ pub fn ensure() -> anyhow::Result<()> {
     apt(&install)?;
     let still: Vec<&str> = NEEDS
         .iter()
+        .filter(wanted)
         .filter(|need| !(need.present)())
         .map(|n| n.what)
         .collect();

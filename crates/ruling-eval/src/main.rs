@@ -15,6 +15,7 @@
 //!
 //! `docs/eval.md` documents the commands, the result format and every derivation.
 
+mod batch;
 mod calibrate;
 mod client;
 mod coherence;
@@ -68,6 +69,9 @@ enum Command {
     Write(write::WriteArgs),
     /// The metamorphic coherence suite: do the answers obey probability? Writes report.md.
     Coherence(coherence::CoherenceArgs),
+    /// A JSONL file of requests in, their responses out, against servers or in process;
+    /// rerun to resume.
+    Batch(batch::BatchArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -153,6 +157,7 @@ fn main() -> anyhow::Result<()> {
         Command::Report(args) => report::report(args),
         Command::Compare(args) => compare::compare(args),
         Command::Write(args) => write::write(args),
+        Command::Batch(args) => batch::run(args),
         Command::Coherence(args) => coherence::coherence(args),
     }
 }

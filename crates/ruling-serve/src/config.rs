@@ -18,9 +18,13 @@ pub struct Config {
     pub api_key: Option<ApiKey>,
     /// Largest request body, after decompression (413 beyond).
     pub max_body_bytes: usize,
-    /// Most requests waiting for a worker (429 beyond). 0 admits a request only when a worker
-    /// is idle.
+    /// Most requests waiting for a worker whatever their estimated time (429 beyond): a hard
+    /// cap behind admission by time. 0 admits a request only when a worker is idle.
     pub queue: usize,
+    /// Longest estimated wait plus own time a request is admitted with (429 with the wait as
+    /// `retry-after` beyond); `None` bounds it by `timeout`, so what could not be answered in
+    /// time is refused at once.
+    pub max_wait: Option<Duration>,
     /// From admission to answer, queue wait included (503 with `retry-after` beyond).
     pub timeout: Duration,
     /// Engine worker threads. One already uses every core through the matrix products.
@@ -41,7 +45,8 @@ impl Default for Config {
             aliases: DEFAULT_ALIASES.iter().map(|a| (*a).to_owned()).collect(),
             api_key: None,
             max_body_bytes: 16 * 1024 * 1024,
-            queue: 16,
+            queue: 4096,
+            max_wait: None,
             timeout: Duration::from_secs(30),
             workers: 1,
             max_questions: 256,

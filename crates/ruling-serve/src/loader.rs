@@ -3,7 +3,7 @@
 //! [`Ruling`].
 
 use std::path::Path;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use ruling_core::{AdapterChoice, CoreError, Options, Ruling};
 use ruling_models::{LocalModel, ModelSpec, ProgressMode, PullOptions};
@@ -35,6 +35,9 @@ pub struct Loaded {
     /// Adapted models served beside the base, each under its own name
     /// ([`Ruling::load_with_adapters`]).
     pub adapters: Vec<Ruling>,
+    /// How long one small request took right after loading, when one was asked: the queue's
+    /// first estimate of this model's time per request.
+    pub warmup: Option<Duration>,
 }
 
 impl Loaded {
@@ -44,8 +47,33 @@ impl Loaded {
             ruling,
             meta,
             adapters: Vec::new(),
+            warmup: None,
         }
     }
+}
+
+/// The request asked after loading to time the model: the README's questions, one of each
+/// type, about a state of its own (so it never stands in the prefix cache for a client's).
+const WARMUP_REQUEST: &str = r#"{"model": "warmup",
+  "state": "Warm-up: my card was charged twice for the March invoice. Please refund one.",
+  "questions": {
+    "billing": {"type": "noul", "instructions": "Is this ticket about billing?"},
+    "team": {"type": "choice", "instructions": "Which team should handle it?",
+             "criteria": {"billing": "refunds and invoices", "tech": "bugs and log-in", "other": null}},
+    "urgency": {"type": "score", "instructions": "How urgent is it?",
+                "criteria": ["can wait", "this week", "today"]}
+  }}"#;
+
+/// The time of one warm-up request (the second of two: the first pays for first-use
+/// allocations); `None` when the model cannot answer it (a remote engine that is down, say).
+fn warm_up(ruling: &Ruling) -> Option<Duration> {
+    let mut request: ruling_schema::SystemOneRequest =
+        serde_json::from_str(WARMUP_REQUEST).expect("the warm-up request parses");
+    request.model = ruling.info().model.clone();
+    ruling.evaluate(&request).ok()?;
+    let started = Instant::now();
+    ruling.evaluate(&request).ok()?;
+    Some(started.elapsed())
 }
 
 /// Why the model could not be loaded.
@@ -156,10 +184,21 @@ impl Loader {
                         ruling.info().capabilities.max_images
                     );
                 }
+                // A remote engine's time is its upstream's, and a warm-up would be a request
+                // the upstream never asked for.
+                let remote = spec.starts_with("openai:") || spec.starts_with("systemone:");
+                let warmup = if remote { None } else { warm_up(&ruling) };
+                if let Some(took) = warmup {
+                    tracing::info!(
+                        ms = format_args!("{:.1}", took.as_secs_f64() * 1e3),
+                        "warm-up request answered: the queue's first estimate"
+                    );
+                }
                 Ok(Loaded {
                     ruling,
                     meta,
                     adapters,
+                    warmup,
                 })
             }),
         }

@@ -39,34 +39,6 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Fetch, verify and cache a model; print its local path.
     Pull(PullArgs),
-    /// Route requests to identical replicas by a hash of their state, so each replica's
-    /// prefix cache keeps hitting (docs/remote.md, "Scaling out").
-    Route(RouteArgs),
-}
-
-#[derive(Debug, clap::Args)]
-struct RouteArgs {
-    /// A replica's base URL (`http://host:port`); repeat for each (comma-separated in the
-    /// environment).
-    #[arg(
-        long = "replica",
-        env = "RULING_REPLICAS",
-        value_delimiter = ',',
-        required = true
-    )]
-    replicas: Vec<String>,
-    /// Address to listen on.
-    #[arg(long, env = "RULING_HOST", default_value = "127.0.0.1")]
-    host: String,
-    /// Port to listen on.
-    #[arg(long, env = "RULING_PORT", default_value_t = 8000)]
-    port: u16,
-    /// Largest request body in bytes, after decompression (413 beyond).
-    #[arg(long, env = "RULING_MAX_BODY_BYTES", default_value_t = Config::default().max_body_bytes)]
-    max_body_bytes: usize,
-    /// Seconds a replica may take to answer (past it the next replica is tried).
-    #[arg(long, env = "RULING_TIMEOUT", default_value_t = Config::default().timeout.as_secs_f64())]
-    timeout: f64,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -185,9 +157,16 @@ struct ServeArgs {
     /// Largest request body in bytes, after decompression (413 beyond).
     #[arg(long, env = "RULING_MAX_BODY_BYTES", default_value_t = Config::default().max_body_bytes)]
     max_body_bytes: usize,
-    /// Most requests waiting for a worker (429 with retry-after beyond).
+    /// Most requests waiting for a worker whatever their estimated time (429 with
+    /// retry-after beyond): a hard cap behind admission by time.
     #[arg(long, env = "RULING_QUEUE", default_value_t = Config::default().queue)]
     queue: usize,
+    /// Seconds of estimated wait (the work admitted before it, over the workers) plus its own
+    /// estimated time a request is admitted with; past it a 429 whose retry-after is the
+    /// estimated wait [default: the --timeout, so what cannot be answered in time is refused
+    /// at once].
+    #[arg(long, env = "RULING_MAX_WAIT")]
+    max_wait: Option<f64>,
     /// Seconds from arrival to answer, queue included (503 with retry-after beyond).
     #[arg(long, env = "RULING_TIMEOUT", default_value_t = Config::default().timeout.as_secs_f64())]
     timeout: f64,
@@ -254,7 +233,6 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Pull(args)) => pull(args),
-        Some(Command::Route(args)) => route(args),
         Some(Command::Serve(args)) => serve(*args),
         None => serve(cli.serve),
     }
@@ -287,6 +265,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         api_key,
         max_body_bytes: args.max_body_bytes,
         queue: args.queue,
+        max_wait: args.max_wait.map(|s| seconds("max-wait", s)).transpose()?,
         timeout,
         workers: args.workers.max(1),
         max_questions: args.max_questions,
@@ -368,33 +347,6 @@ async fn bind(host: &str, port: u16) -> anyhow::Result<(SocketAddr, tokio::net::
         .await
         .with_context(|| format!("binding {address}"))?;
     Ok((address, listener))
-}
-
-fn route(args: RouteArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("RULING_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        bail!(
-            "--timeout must be a positive number of seconds, got {}",
-            args.timeout
-        );
-    }
-    let config = ruling_serve::RouteConfig {
-        replicas: args.replicas,
-        max_body_bytes: args.max_body_bytes,
-        timeout: Duration::from_secs_f64(args.timeout),
-    };
-    runtime("ruling-route")?.block_on(async move {
-        let (address, listener) = bind(&args.host, args.port).await?;
-        tracing::info!(%address, replicas = ?config.replicas, "ruling-serve route listening");
-        ruling_serve::route(config, listener, ruling_serve::shutdown_signal())
-            .await
-            .context("the router stopped")
-    })
 }
 
 fn pull(args: PullArgs) -> anyhow::Result<()> {

@@ -69,6 +69,9 @@ pub(crate) struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub latency: HistogramFamily<RouteLabels>,
     pub queue_depth: Gauge,
+    /// The estimated wait a request admitted now would meet, in seconds.
+    pub estimated_wait: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub admitted: Counter,
     pub busy_workers: Gauge,
     pub queue_wait: Histogram,
     pub engine_time: Histogram,
@@ -111,6 +114,19 @@ impl Metrics {
             fixed_gauge(queue_capacity),
         );
         add(r, "workers", "Engine worker threads", fixed_gauge(workers));
+        let estimated_wait = add_seconds(
+            r,
+            "queue_estimated_wait",
+            "The wait a request admitted now would meet: the estimated work of every admitted \
+             request not yet answered, over the workers (admission refuses past the bound)",
+            Gauge::<f64, std::sync::atomic::AtomicU64>::default(),
+        );
+        let admitted = add(
+            r,
+            "admitted_requests",
+            "Requests admitted to the queue",
+            Counter::default(),
+        );
         let busy_workers = add(
             r,
             "busy_workers",
@@ -144,7 +160,7 @@ impl Metrics {
         let rejected = add(
             r,
             "rejected_requests",
-            "Requests refused before reaching a worker, by reason (queue_full, loading, timeout)",
+            "Requests refused before reaching a worker, by reason (estimated_wait, queue_full, loading, timeout)",
             Family::default(),
         );
         let skipped = add(
@@ -171,6 +187,8 @@ impl Metrics {
             requests,
             latency,
             queue_depth,
+            estimated_wait,
+            admitted,
             busy_workers,
             queue_wait,
             engine_time,

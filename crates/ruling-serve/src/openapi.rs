@@ -13,7 +13,7 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
 use crate::error::ErrorMessage;
-use crate::routes::Health;
+use crate::routes::{Health, Readiness};
 
 /// The document, as served at `/openapi.json`.
 pub fn document() -> Value {
@@ -30,6 +30,7 @@ pub fn document() -> Value {
         message: generator.subschema_for::<ErrorMessage>(),
         models: generator.subschema_for::<ModelsList>(),
         health: generator.subschema_for::<Health>(),
+        readiness: generator.subschema_for::<Readiness>(),
     };
     json!({
         "openapi": "3.1.0",
@@ -43,6 +44,7 @@ pub fn document() -> Value {
             "/v1/systemone": system_one(&schemas),
             "/v1/models": models(&schemas),
             "/health": health(&schemas),
+            "/ready": ready(&schemas),
             "/metrics": metrics(&schemas),
             "/openapi.json": openapi(),
         },
@@ -59,6 +61,7 @@ struct Schemas {
     message: schemars::Schema,
     models: schemars::Schema,
     health: schemars::Schema,
+    readiness: schemars::Schema,
 }
 
 impl Schemas {
@@ -169,6 +172,19 @@ fn health(s: &Schemas) -> Value {
             "responses": {
                 "200": Schemas::body("The model is loaded and answering", &s.health),
                 "503": Schemas::retryable_body("The model is still loading", &s.health),
+            },
+        },
+    })
+}
+
+fn ready(s: &Schemas) -> Value {
+    json!({
+        "get": {
+            "operationId": "ready",
+            "summary": "Whether a request would be admitted now: a load balancer's readiness probe (never needs a key)",
+            "responses": {
+                "200": Schemas::body("A request would be admitted now", &s.readiness),
+                "503": Schemas::retryable_body("Loading, or the estimated wait is past the bound; retry-after is that wait", &s.readiness),
             },
         },
     })

@@ -5,7 +5,8 @@
 //! | `POST /v1/systemone` | key | answer a System One request (JSON, or multipart with images) |
 //! | `GET /v1/models` | key | the served name, its aliases and the adapters served beside it |
 //! | `GET /metrics` | key | Prometheus text |
-//! | `GET /health` | open | 200 once the model is loaded, 503 before |
+//! | `GET /health` | open | 200 once the model is loaded, 503 before (alive) |
+//! | `GET /ready` | open | 200 while a request would be admitted now, 503 while loading or while the estimated wait is past the bound (ready to answer) |
 //! | `GET /openapi.json` | open | the OpenAPI 3.1 document of these routes |
 
 use std::sync::{Arc, LazyLock};
@@ -45,6 +46,19 @@ pub struct Health {
     pub model: String,
 }
 
+/// `GET /ready`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Readiness {
+    /// `ready` while a request would be admitted now; `busy` while the estimated wait is past
+    /// the bound (or the queue is full); `loading` before the model answers.
+    pub status: String,
+    /// The served name, once loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The wait a request admitted now would meet.
+    pub estimated_wait_seconds: f64,
+}
+
 /// The whole application: routes, authentication, decompression, request ids, metrics.
 pub fn app(state: AppState) -> Router {
     let protected = Router::new()
@@ -57,6 +71,7 @@ pub fn app(state: AppState) -> Router {
         ));
     Router::new()
         .route("/health", get(health))
+        .route("/ready", get(ready))
         .route("/openapi.json", get(openapi_json))
         .merge(protected)
         .fallback(not_found)
@@ -93,6 +108,41 @@ async fn health(State(state): State<AppState>) -> Response {
                 .insert(RETRY_AFTER, HeaderValue::from_static("5"));
             response
         }
+    }
+}
+
+/// Whether a request to the base model would be admitted now: a load balancer's readiness
+/// probe, which takes a replica out of rotation while it loads and while its queue is full.
+async fn ready(State(state): State<AppState>) -> Response {
+    let busy = |status: &str, wait: Duration| {
+        let retry = wait.as_secs_f64().ceil().clamp(1.0, 300.0) as u64;
+        let mut response = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(Readiness {
+                status: status.to_owned(),
+                model: None,
+                estimated_wait_seconds: wait.as_secs_f64(),
+            }),
+        )
+            .into_response();
+        if let Ok(value) = HeaderValue::from_str(&retry.to_string()) {
+            response.headers_mut().insert(RETRY_AFTER, value);
+        }
+        response
+    };
+    let Some(ready) = state.ready() else {
+        return busy("loading", Duration::from_secs(5));
+    };
+    let wait = ready.pool.estimated_wait();
+    if ready.pool.admits(ready.served_name()) {
+        Json(Readiness {
+            status: "ready".to_owned(),
+            model: Some(ready.served_name().to_owned()),
+            estimated_wait_seconds: wait.as_secs_f64(),
+        })
+        .into_response()
+    } else {
+        busy("busy", wait)
     }
 }
 
@@ -162,6 +212,12 @@ async fn system_one(
             state.metrics().reject("queue_full");
             return Err(ApiError::Overloaded {
                 retry_after: ready.pool.retry_after(),
+            });
+        }
+        Err(Rejected::Busy { wait }) => {
+            state.metrics().reject("estimated_wait");
+            return Err(ApiError::Overloaded {
+                retry_after: wait.as_secs_f64().ceil().clamp(1.0, 300.0) as u64,
             });
         }
         Err(Rejected::Closed) => return Err(ApiError::ShuttingDown),

@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::error::ApiError;
 use crate::loader::{Loaded, ModelMeta};
 use crate::metrics::{Metrics, Models};
-use crate::queue::Pool;
+use crate::queue::{Admission, Pool};
 
 /// The loaded models and the workers answering with them.
 #[derive(Debug)]
@@ -152,11 +152,19 @@ impl AppState {
             .map(Arc::new)
             .collect();
         let pool = Pool::start(
-            config.workers,
-            config.queue,
+            Admission {
+                workers: config.workers,
+                queue: config.queue,
+                bound: config.max_wait.unwrap_or(config.timeout),
+            },
             Arc::clone(&self.inner.metrics),
         )
         .map_err(InstallError::Workers)?;
+        if let Some(took) = loaded.warmup {
+            for model in &models {
+                pool.seed_estimate(&model.info().model, took);
+            }
+        }
         let _ = self.inner.models.set(models.clone());
         let ready = Ready {
             models,

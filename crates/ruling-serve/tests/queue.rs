@@ -383,3 +383,99 @@ async fn graceful_shutdown_answers_requests_in_flight_and_queued() {
         .expect("serve returns Ok after a graceful shutdown");
     assert_eq!(control.started(), 3);
 }
+
+/// `count` simultaneous requests; their statuses and the retry-after of each 429.
+async fn burst(server: &TestServer, count: usize) -> (Vec<u16>, Vec<u64>) {
+    let pending: Vec<_> = (0..count).map(|_| ask(server)).collect();
+    let (mut statuses, mut retries) = (Vec::new(), Vec::new());
+    for handle in pending {
+        let (status, headers, body) = handle.await.unwrap();
+        if status == 429 {
+            let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+            retries.push(retry);
+            assert!(
+                body["detail"].as_str().unwrap().contains("queue is full"),
+                "{body}"
+            );
+        }
+        statuses.push(status);
+    }
+    (statuses, retries)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_of_quick_requests_is_queued_and_answered_not_refused() {
+    // Three 2 ms passes a request: 64 of them are a fraction of a second of work.
+    let (ruling, control) = TestEngine::slow(Duration::from_millis(2));
+    let config = Config {
+        workers: 1,
+        queue: 4096,
+        timeout: Duration::from_secs(5),
+        ..Config::default()
+    };
+    let server = with_engine(config, ruling).await;
+    // One request first: the queue's estimate of this model.
+    assert_eq!(ask(&server).await.unwrap().0, 200);
+    let (statuses, _) = burst(&server, 64).await;
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert_eq!(
+        control.finished.load(std::sync::atomic::Ordering::SeqCst),
+        65
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_of_slow_requests_is_refused_past_what_fits_in_the_timeout() {
+    // Three 40 ms passes a request, one second to answer each: about eight fit.
+    let (ruling, _control) = TestEngine::slow(Duration::from_millis(40));
+    let config = Config {
+        workers: 1,
+        queue: 4096,
+        timeout: Duration::from_secs(1),
+        ..Config::default()
+    };
+    let server = with_engine(config, ruling).await;
+    assert_eq!(ask(&server).await.unwrap().0, 200);
+    let (statuses, retries) = burst(&server, 40).await;
+    let answered = statuses.iter().filter(|&&s| s == 200).count();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!(answered + refused, 40, "only 200 and 429: {statuses:?}");
+    assert!(
+        (3..=12).contains(&answered),
+        "{answered} answered: {statuses:?}"
+    );
+    // A refused client is told to come back when the admitted work is done, not in a second.
+    assert!(retries.iter().all(|&r| (1..=2).contains(&r)), "{retries:?}");
+    let text = server.metrics().await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"ruling_rejected_requests_total{reason="estimated_wait"}"#
+        ),
+        Some(refused as f64)
+    );
+    assert!(metric(&text, "ruling_queue_estimated_wait_seconds").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ready_says_whether_a_request_would_be_admitted_now() {
+    let config = Config {
+        workers: 1,
+        queue: 0,
+        ..Config::default()
+    };
+    let (server, control, pending) = busy(config, 0).await;
+    let (status, headers, body) = json_of(server.get("/ready").await).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["status"], "busy");
+    assert!(headers.contains_key("retry-after"));
+    // Alive all the same.
+    assert_eq!(server.get("/health").await.status(), 200);
+    control.gate.open();
+    for handle in pending {
+        assert_eq!(handle.await.unwrap().0, 200);
+    }
+    let (status, _, body) = json_of(server.get("/ready").await).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "ready");
+}

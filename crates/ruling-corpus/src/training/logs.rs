@@ -156,13 +156,18 @@ mod tests {
                 .validate(&ruling_schema::Capabilities::default())
                 .unwrap_or_else(|e| panic!("{e}"));
             let text = record.state.render();
-            let Label::Yes(yes) = record.labels["any"] else { panic!() };
-            let ruling_schema::Question::Noul { instructions, .. } = &record.questions["any"] else {
+            let Label::Yes(yes) = record.labels["any"] else {
+                panic!()
+            };
+            let ruling_schema::Question::Noul { instructions, .. } = &record.questions["any"]
+            else {
                 panic!()
             };
             let asked = instructions.render();
             let present = rows.iter().any(|r| {
-                let Label::Key(intent) = &r.labels["intent"] else { panic!() };
+                let Label::Key(intent) = &r.labels["intent"] else {
+                    panic!()
+                };
                 text.contains(&r.state.render()) && asked.contains(&intent.replace('_', " "))
             });
             assert_eq!(yes, present, "{asked}\n{text}");
