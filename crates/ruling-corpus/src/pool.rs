@@ -154,6 +154,8 @@ pub struct PoolOptions {
     /// States per source; a source left out gets its [`PoolSource::default_states`], one
     /// given 0 gives none.
     pub states: BTreeMap<PoolSource, usize>,
+    /// Only states that read as questions ([`crate::taxonomy::looks_like_question`]).
+    pub questions_only: bool,
 }
 
 /// The pool, and what each source gave.
@@ -192,6 +194,7 @@ pub fn build_pool(options: &PoolOptions, held_out: &HeldOutStates) -> Result<Poo
         let total = candidates.len();
         let kept: Vec<PoolState> = candidates
             .into_iter()
+            .filter(|c| !options.questions_only || c.info.is_question)
             .filter(|c| !held_out.contains(&c.state))
             .filter(|c| seen.insert(state_key(&c.state)))
             .collect();
@@ -206,12 +209,18 @@ pub fn build_pool(options: &PoolOptions, held_out: &HeldOutStates) -> Result<Poo
     Ok(Pool { states, read })
 }
 
-/// The questions asked about one pool state: `count` kinds that apply to it, drawn by weight
-/// without repeats, each drafted once; ids are the kinds' names.
-pub fn draft_questions(state: &PoolState, count: usize, seed: u64) -> IndexMap<String, Question> {
+/// The questions asked about one pool state: `count` kinds that apply to it (of `only`, when
+/// given), drawn by weight without repeats, each drafted once; ids are the kinds' names.
+pub fn draft_questions(
+    state: &PoolState,
+    count: usize,
+    seed: u64,
+    only: Option<&[Kind]>,
+) -> IndexMap<String, Question> {
     let mut rng = row_rng(seed, &format!("pool-questions:{}", state.id));
     let mut kinds: Vec<(Kind, f64)> = Kind::ALL
         .into_iter()
+        .filter(|k| only.is_none_or(|only| only.contains(k)))
         .filter(|k| k.applies(&state.info))
         .map(|k| (k, weight(k, state)))
         .collect();
@@ -486,13 +495,18 @@ mod tests {
             true,
         );
         for seed in 0..20 {
-            let questions = draft_questions(&state, 3, seed);
+            let questions = draft_questions(&state, 3, seed, None);
             assert_eq!(questions.len(), 3);
             for id in questions.keys() {
                 let kind = Kind::ALL.into_iter().find(|k| k.as_str() == id).unwrap();
                 assert!(kind.applies(&state.info), "{id}");
             }
         }
-        assert_eq!(draft_questions(&state, 3, 4), draft_questions(&state, 3, 4));
+        assert_eq!(
+            draft_questions(&state, 3, 4, None),
+            draft_questions(&state, 3, 4, None)
+        );
+        let only = draft_questions(&state, 3, 4, Some(&[Kind::Code]));
+        assert_eq!(only.keys().collect::<Vec<_>>(), ["code"]);
     }
 }

@@ -189,6 +189,20 @@ impl Kind {
     }
 }
 
+impl std::str::FromStr for Kind {
+    type Err = crate::ParseNameError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+                crate::ParseNameError::new("kind", s, format!("one of {}", names.join(", ")))
+            })
+    }
+}
+
 impl std::fmt::Display for Kind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

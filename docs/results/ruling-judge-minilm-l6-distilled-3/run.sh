@@ -22,15 +22,20 @@ recipe="--datasets all,added --per-source 2000 --cap clinc150=6000 --cap sst5=96
   --valid-fraction 0.03 --valid-records 800 --steps 1500 --eval-every 150 --warmup 100
   --max-tokens 4096 --coherence 0.3"
 distilled="--data data/distill/answered.jsonl --data data/distill-2/answered.jsonl
-  --data data/distill-3/answered.jsonl"
+  --data data/distill-3/answered.jsonl --data data/distill-3-questions/answered.jsonl"
 
 step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 
-# The teacher answers at least 5,000 of the pool's states before the first run.
+# The teacher answers at least 5,000 of the pool's states, then the questions' set, before
+# the first run.
 answered=$(wc -l < data/distill-3/answered.jsonl)
 if [ ! -f target/judge/g-seed0/decision.json ] && [ "$answered" -lt 5000 ]; then
     step "answering the third set ($answered of 6,000 states so far)"
     $bin/ruling-train distill answer --dir data/distill-3 --backend candle --stop-after 5000
+fi
+if [ ! -f target/judge/g-seed0/decision.json ]; then
+    step "answering the questions' set"
+    $bin/ruling-train distill answer --dir data/distill-3-questions --backend candle
 fi
 
 # train NAME SEED: a checkpoint in target/judge/NAME, skipped once it is complete.

@@ -35,6 +35,13 @@ pub struct PoolArgs {
     /// Seeds the sample of states, their order, the kinds asked and every wording.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Ask only these kinds (comma-separated: topic, genre, seeks, ...) [default: every kind
+    /// that fits each state].
+    #[arg(long, value_delimiter = ',')]
+    pub kinds: Vec<ruling_corpus::taxonomy::Kind>,
+    /// Only states that read as questions (for the kind `seeks`: what a question looks for).
+    #[arg(long)]
+    pub questions_only: bool,
     /// HumanEval's correct and broken solutions, made by running its tests
     /// (`python3 data/human-eval/make.py`).
     #[arg(long, default_value = "data/human-eval/solutions.jsonl")]
@@ -67,6 +74,10 @@ struct PoolSettings {
     seed: u64,
     questions: usize,
     states: BTreeMap<String, usize>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    kinds: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    questions_only: bool,
     human_eval_sha256: String,
     /// sha256 of `pool.jsonl` as written.
     pool_sha256: String,
@@ -93,6 +104,7 @@ pub fn run(args: &PoolArgs) -> anyhow::Result<()> {
         human_eval: Some(args.human_eval.clone()),
         seed: args.seed,
         states: args.states.iter().copied().collect(),
+        questions_only: args.questions_only,
     };
     let pool = build_pool(&options, &held_out)
         .with_context(|| format!("building the pool from {}", root.display()))?;
@@ -104,7 +116,12 @@ pub fn run(args: &PoolArgs) -> anyhow::Result<()> {
             id: Some(format!("pool:{}", state.id)),
             family: format!("distill_{}", state.source),
             state: state.state.clone(),
-            questions: draft_questions(state, args.questions, args.seed),
+            questions: draft_questions(
+                state,
+                args.questions,
+                args.seed,
+                (!args.kinds.is_empty()).then_some(args.kinds.as_slice()),
+            ),
             labels: Default::default(),
             references: Default::default(),
             weight: 1.0,
@@ -135,6 +152,8 @@ pub fn run(args: &PoolArgs) -> anyhow::Result<()> {
                 (s.to_string(), wanted)
             })
             .collect(),
+        kinds: args.kinds.iter().map(ToString::to_string).collect(),
+        questions_only: args.questions_only,
         human_eval_sha256: sha256_hex(&human_eval),
         pool_sha256: sha256_hex(&bytes),
     };
@@ -162,7 +181,7 @@ pub fn run(args: &PoolArgs) -> anyhow::Result<()> {
             .copied()
             .unwrap_or_default();
         eprintln!(
-            "  {source}: {read} candidate states, {dropped} held out or repeated, {states} drawn, {questions} questions"
+            "  {source}: {read} candidate states, {dropped} left out (held out, repeated, or not a question when only questions are asked), {states} drawn, {questions} questions"
         );
     }
     Ok(())
