@@ -590,8 +590,9 @@ mod tests {
             max_state_tokens: 100,
         };
         let packed = pack(&[7; 30], &[question(&[9], &[&[4], &[5]])], SPECIAL, limits).unwrap();
-        // Windows of 13 state tokens (three quarters of 20, less [CLS] and [SEP]); the overlap
-        // is wider than that, so one starts at every token: 0..13 to 16..29, then 17..30.
+        // Windows of 8 state tokens (half of 20 left to the questions, as the room is at least
+        // 64 or half the table, less [CLS] and [SEP]); the overlap is wider than that, so one
+        // starts at every token: 0..8 to 21..29, then 22..30.
         let windows_seen: Vec<u32> = packed
             .segments
             .iter()
@@ -600,7 +601,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(windows_seen.iter().max(), Some(&17));
+        assert_eq!(windows_seen.iter().max(), Some(&22));
         // Every window starts with [CLS] at position 0.
         for (i, s) in packed.segments.iter().enumerate() {
             if matches!(s, Segment::State(_)) && packed.tokens[i] == SPECIAL.cls {
@@ -608,13 +609,13 @@ mod tests {
             }
         }
         assert!(packed.positions.iter().all(|&p| p < 20));
-        // The question starts after the windows' 15 positions, whatever its options.
+        // The question starts after the windows' 10 positions, whatever its options.
         let first_question = packed
             .segments
             .iter()
             .position(|s| matches!(s, Segment::Question(_)))
             .unwrap();
-        assert_eq!(packed.positions[first_question], 15);
+        assert_eq!(packed.positions[first_question], 10);
         // A window sees only itself; the question sees every window.
         assert!(!Segment::State(0).sees(Segment::State(1)));
         assert!(Segment::Question(0).sees(Segment::State(1)));

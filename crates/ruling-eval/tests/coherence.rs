@@ -166,9 +166,23 @@ fn the_suite_runs_in_process_and_the_encoder_keeps_its_invariances() {
         (batch["score"]["lower"].as_f64().unwrap() - 100.0).abs() < 1e-9,
         "{batch}"
     );
-    // Every relation was tested on these states and has an interval around its score.
-    for r in report["relations"].as_array().unwrap() {
-        assert!(r["tests"].as_u64().unwrap() > 0, "{r}");
+    // Every relation was asked on these states; the tiny judge reads 128 positions, so a
+    // variant that spells a whole scale out may be refused for capacity on every state it was
+    // tried on, and is then counted as refused, not tested. The others have an interval.
+    let relations = report["relations"].as_array().unwrap();
+    let untested: Vec<&Value> = relations
+        .iter()
+        .filter(|r| r["tests"].as_u64().unwrap() == 0)
+        .collect();
+    assert!(untested.len() <= 2, "{untested:?}");
+    for r in &untested {
+        assert!(r["refused"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["score"].is_null(), "{r}");
+    }
+    for r in relations
+        .iter()
+        .filter(|r| r["tests"].as_u64().unwrap() > 0)
+    {
         let s = &r["score"];
         let (score, lower, upper) = (
             s["score"].as_f64().unwrap(),
