@@ -16,7 +16,9 @@
 //! is compared on them against candle-transformers' `bert` and `modernbert`. `tiny-qwen2vl`
 //! is a Qwen2-VL as llama.cpp reads it: tiny-qwen2's decoder as a `qwen2vl` GGUF (M-RoPE
 //! sections, Qwen2-VL's vision tokens) and a `clip` vision projector GGUF (`qwen2vl_merger`),
-//! for the multimodal path through llama.cpp's mtmd. `manifest.json`
+//! for the multimodal path through llama.cpp's mtmd. `tiny-llama-spm.gguf` is tiny-llama with a
+//! SentencePiece vocabulary (`tokenizer.ggml.model = "llama"`, scores, byte fallback), as Llama
+//! 2, Mistral and Gemma ship theirs, for the SentencePiece path on both backends. `manifest.json`
 //! records every file's sha256; a run whose manifest, seed and generator version already match
 //! does nothing.
 
@@ -24,6 +26,7 @@ mod corpus;
 mod encoder;
 mod gguf;
 mod qwen2vl;
+mod sentencepiece;
 mod templates;
 #[cfg(test)]
 mod tests;
@@ -44,7 +47,7 @@ use tokenizer::{Layout, TrainedTokenizer};
 use weights::{Arch, Gemma3Spec, Spec};
 
 /// Bump whenever the bytes written for a given seed change, so stale fixtures are regenerated.
-const GENERATOR_VERSION: u32 = 5;
+const GENERATOR_VERSION: u32 = 6;
 const DEFAULT_SEED: u64 = 20_261_130;
 /// Ids in each trained tokenizer, special tokens included.
 const TOKENIZER_SIZE: usize = 768;
@@ -52,6 +55,8 @@ const TOKENIZER_SIZE: usize = 768;
 /// ModernBERT's padded embedding has rows past it).
 const WORDPIECE_SIZE: usize = 500;
 const MANIFEST: &str = "manifest.json";
+/// The SentencePiece-vocabulary decoder's file stem.
+const SENTENCEPIECE_NAME: &str = "tiny-llama-spm";
 
 /// Arguments of `cargo xtask fixtures`.
 #[derive(Debug, clap::Args)]
@@ -327,7 +332,38 @@ fn write_decoders(
             );
         }
     }
+    write_sentencepiece(written, lines, seed, verbose)?;
     write_qwen2vl(written, &qwen2, seed, verbose)
+}
+
+/// `tiny-llama-spm.gguf`: tiny-llama's weights under a SentencePiece vocabulary of its size.
+fn write_sentencepiece(
+    written: &mut Written<'_>,
+    lines: &[String],
+    seed: u64,
+    verbose: bool,
+) -> Result<()> {
+    let started = Instant::now();
+    let spec = specs()
+        .into_iter()
+        .map(|(spec, _)| spec)
+        .find(|spec| spec.arch == Arch::Llama)
+        .expect("the llama decoder is among the specs");
+    let spm = sentencepiece::train(lines, spec.vocab_size)?;
+    let tensors = weights::hf_tensors(&spec, seed);
+    written.write(
+        format!("{SENTENCEPIECE_NAME}.gguf"),
+        &gguf::sentencepiece_gguf_bytes(&spec, &spm, &tensors)?,
+    )?;
+    if verbose {
+        eprintln!(
+            "fixtures: {SENTENCEPIECE_NAME} (llama, {}'s weights, {} SentencePiece pieces) in {} ms",
+            spec.name,
+            spm.tokens.len(),
+            started.elapsed().as_millis()
+        );
+    }
+    Ok(())
 }
 
 /// The text model of the tiny Qwen2-VL: tiny-qwen2's spec, so its weights (keyed by the spec's

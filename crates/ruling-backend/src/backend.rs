@@ -129,6 +129,13 @@ pub trait Backend: Send + Sync {
     /// the text, such as a template's turn markers, are recognised as such).
     fn encode(&self, text: &str) -> Result<Vec<u32>, BackendError>;
 
+    /// Token ids for a text that continues a prompt (a branch after its prefix, a stem's
+    /// rest), where a tokenizer treats a text's start specially (SentencePiece's space prefix);
+    /// the default is [`Self::encode`].
+    fn encode_continuation(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        self.encode(text)
+    }
+
     /// Run the prefix through the model once, so branches can be scored against it.
     fn encode_prefix(&self, tokens: &[u32]) -> Result<Self::Prefix, BackendError>;
 

@@ -155,7 +155,7 @@ fn check_seam<B: Backend + ?Sized>(
         });
     }
     let prefix_ids = backend.encode(&split.prefix)?;
-    let rest_ids = backend.encode(&rest)?;
+    let rest_ids = backend.encode_continuation(&rest)?;
     let together = backend.encode(&full)?;
     let apart: Vec<u32> = prefix_ids.iter().chain(&rest_ids).copied().collect();
     if apart != together {

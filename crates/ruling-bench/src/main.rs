@@ -184,6 +184,10 @@ impl<B: Backend> Backend for Recorder<B> {
         self.inner.encode(text)
     }
 
+    fn encode_continuation(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        self.inner.encode_continuation(text)
+    }
+
     fn encode_prefix(&self, tokens: &[u32]) -> Result<B::Prefix, BackendError> {
         if let Ok(mut log) = self.log.lock() {
             log.prefix = tokens.to_vec();
@@ -361,7 +365,11 @@ fn single(model: &str, backend: &str, args: &Args) -> anyhow::Result<Run> {
             };
             let loaded = Arc::new(ruling_llama::LlamaCppBackend::load(&path, &options)?);
             let load_s = seconds(started);
-            let tokenizer = loaded.tokenizer();
+            let tokenizer = anyhow::Context::with_context(loaded.tokenizer(), || {
+                format!(
+                    "{model}: llama.cpp's own vocabulary tokenizes it; the benchmark needs ruling's"
+                )
+            })?;
             let (mut run, work) =
                 measure(model, "llama", load_s, Arc::clone(&loaded), tokenizer, args)?;
             run.peak_rss_mib = peak_rss_mib();

@@ -163,6 +163,10 @@ impl Backend for CandleBackend {
         self.text.encode(text)
     }
 
+    fn encode_continuation(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        self.text.encode_continuation(text)
+    }
+
     fn encode_prefix(&self, tokens: &[u32]) -> Result<KvCache, BackendError> {
         if tokens.len() > self.info.context_length {
             return Err(BackendError::ContextExceeded {

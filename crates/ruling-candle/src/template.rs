@@ -127,13 +127,27 @@ impl ChatTemplate {
     }
 
     /// The template in a GGUF file's `tokenizer.chat_template`, with the BOS/EOS strings
-    /// looked up from `tokenizer.ggml.{bos,eos}_token_id` in `tokenizer.ggml.tokens`.
+    /// looked up from `tokenizer.ggml.{bos,eos}_token_id` in `tokenizer.ggml.tokens`. A file
+    /// without one (a base model's) gets its architecture's official template where this
+    /// crate has it ([`family_template`]).
     pub fn from_gguf(content: &Content) -> Result<Self, TemplateError> {
         let source = match content.metadata.get(GGUF_KEY) {
             None => {
-                return Err(TemplateError::Missing {
-                    origin: format!("the GGUF metadata has no {GGUF_KEY:?}"),
-                });
+                let architecture = match content.metadata.get("general.architecture") {
+                    Some(GgufValue::String(a)) => a.as_str(),
+                    _ => "",
+                };
+                match family_template(architecture) {
+                    Some(template) => template.to_owned(),
+                    None => {
+                        return Err(TemplateError::Missing {
+                            origin: format!(
+                                "the GGUF metadata has no {GGUF_KEY:?}, and architecture \
+                                 {architecture:?} has no official template here (gemma3 has)"
+                            ),
+                        });
+                    }
+                }
             }
             Some(GgufValue::String(s)) => s.clone(),
             Some(other) => {
@@ -494,9 +508,44 @@ fn json_string(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
 }
 
+/// The official chat template of an architecture, for GGUF files that carry none (base models,
+/// whose instruction-tuned siblings ship it): Gemma 3's, as Google's `tokenizer_config.json`
+/// writes it (`templates/gemma3.jinja`; a system turn becomes the first user turn's opening).
+pub fn family_template(architecture: &str) -> Option<&'static str> {
+    match architecture {
+        "gemma3" | "gemma3_text" => Some(include_str!("templates/gemma3.jinja")),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gemma3_s_official_template_opens_the_first_user_turn_with_the_system_turn() {
+        let template =
+            ChatTemplate::new(family_template("gemma3").unwrap(), "<bos>", "<eos>").unwrap();
+        let message = |role, content: &str| ChatMessage {
+            role,
+            content: content.to_owned(),
+        };
+        let text = template
+            .render(
+                &[
+                    message(ruling_backend::Role::System, "Answer with a letter."),
+                    message(ruling_backend::Role::User, " Is it red? "),
+                ],
+                true,
+            )
+            .unwrap();
+        assert_eq!(
+            text,
+            "<bos><start_of_turn>user\nAnswer with a letter.\n\nIs it red?<end_of_turn>\n\
+             <start_of_turn>model\n"
+        );
+        assert!(family_template("llama").is_none());
+    }
 
     #[test]
     fn strftime_formats_known_dates() {

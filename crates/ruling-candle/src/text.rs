@@ -90,6 +90,15 @@ impl ChatText {
             })
     }
 
+    /// [`ruling_backend::Backend::encode_continuation`].
+    pub fn encode_continuation(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        self.tokenizer
+            .encode_continuation(text)
+            .map_err(|err| BackendError::Tokenizer {
+                source: Box::new(err),
+            })
+    }
+
     pub fn accepts_system_role(&self) -> bool {
         self.system_role
     }

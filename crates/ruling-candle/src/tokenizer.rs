@@ -36,10 +36,14 @@ pub mod keys {
     pub const EOS: &str = "tokenizer.ggml.eos_token_id";
     pub const PAD: &str = "tokenizer.ggml.padding_token_id";
     pub const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+    pub const SCORES: &str = "tokenizer.ggml.scores";
+    pub const UNKNOWN: &str = "tokenizer.ggml.unknown_token_id";
+    pub const ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 }
 
 /// The `tokenizer.ggml.model` values this crate builds tokenizers for.
-pub const SUPPORTED_MODELS: &str = "\"gpt2\" (byte-level BPE)";
+pub const SUPPORTED_MODELS: &str =
+    "\"gpt2\" (byte-level BPE), \"llama\" (SentencePiece BPE with byte fallback)";
 
 /// Why a tokenizer could not be built or used.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +59,7 @@ pub enum TokenizerError {
     },
     #[error(
         "tokenizer model {model:?} is not supported; supported: {SUPPORTED_MODELS} \
-         (SentencePiece \"llama\", WordPiece \"bert\" and the others are not)"
+         (WordPiece \"bert\", SentencePiece unigram \"t5\" and the others are not)"
     )]
     Unsupported { model: String },
     #[error("pre-tokenizer {pre:?} (tokenizer.ggml.pre) is not supported; supported: {supported}")]
@@ -114,6 +118,22 @@ pub struct TextTokenizer {
     eos: Option<u32>,
     pad: Option<u32>,
     add_bos: bool,
+    /// How text that continues a prompt is tokenized, where that differs from a whole text's
+    /// start (a SentencePiece vocabulary that puts `▁` before a text); `None`: the same.
+    continuation: Option<Continuation>,
+}
+
+/// A SentencePiece vocabulary with `add_space_prefix` puts `▁` before a text and after each
+/// special token, as llama.cpp does. Text that continues a prompt gets none at its start (a
+/// prompt cut anywhere but after a special token would otherwise gain a space at the cut),
+/// but does after its own special tokens: it is tokenized without the prefix up to its first
+/// special token, and as a whole text from there.
+#[derive(Clone)]
+struct Continuation {
+    /// The vocabulary without the prefix, for the part before the first special token.
+    bare: tokenizers::Tokenizer,
+    /// The added tokens' text, which split a text before any piece does.
+    added: Vec<String>,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -316,10 +336,14 @@ impl TextTokenizer {
     /// Builds the tokenizer a GGUF file describes in its `tokenizer.ggml.*` metadata.
     pub fn from_gguf(content: &Content) -> Result<Self, TokenizerError> {
         let model = as_str(keys::MODEL, metadata(content, keys::MODEL)?)?;
-        if model != "gpt2" {
-            return Err(TokenizerError::Unsupported {
-                model: model.to_owned(),
-            });
+        match model {
+            "gpt2" => {}
+            "llama" => return Self::from_gguf_sentencepiece(content),
+            other => {
+                return Err(TokenizerError::Unsupported {
+                    model: other.to_owned(),
+                });
+            }
         }
         let pre = content
             .metadata
@@ -374,6 +398,120 @@ impl TextTokenizer {
             add_bos,
             vocab_size,
             inner,
+            continuation: None,
+        })
+    }
+
+    /// A SentencePiece BPE vocabulary (`tokenizer.ggml.model = "llama"`: Llama 2, Mistral,
+    /// Gemma, Phi-3): pieces with scores, spaces as `▁`, bytes no piece covers as `<0xNN>`
+    /// pieces. Its merges are what the scores imply, derived as Hugging Face's converter does
+    /// (`SentencePieceExtractor`): every split of a piece into two pieces of the vocabulary is
+    /// a merge, ranked by the piece's score, ties by the two halves' ids; so this builds the
+    /// same tokenizer as the model's own `tokenizer.json`. `tokenizer.ggml.add_space_prefix`
+    /// says whether a `▁` goes before the text, as SentencePiece's `add_dummy_prefix` does.
+    fn from_gguf_sentencepiece(content: &Content) -> Result<Self, TokenizerError> {
+        let tokens = string_array(content, keys::TOKENS)?;
+        let vocab_size = tokens.len();
+        let scores: Vec<f32> = as_array(keys::SCORES, metadata(content, keys::SCORES)?)?
+            .iter()
+            .map(|v| match v {
+                Value::F32(f) => Ok(*f),
+                Value::F64(f) => Ok(*f as f32),
+                other => Err(wrong_type(keys::SCORES, "an array of floats", other)),
+            })
+            .collect::<Result<_, _>>()?;
+        if scores.len() != vocab_size {
+            return Err(TokenizerError::WrongType {
+                key: keys::SCORES,
+                expected: "one score per token",
+                found: format!("{} scores for {vocab_size} tokens", scores.len()),
+            });
+        }
+        let vocab: tokenizers::models::bpe::Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(id, token)| ((*token).to_owned(), id as u32))
+            .collect();
+        let merges = sentencepiece_merges(&tokens, &scores, &vocab);
+        let unknown = optional_id(content, keys::UNKNOWN, vocab_size)?
+            .map(|id| tokens[id as usize].to_owned());
+        let mut builder = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .byte_fallback(true)
+            .fuse_unk(true);
+        if let Some(unknown) = unknown {
+            builder = builder.unk_token(unknown);
+        }
+        let bpe = builder
+            .build()
+            .map_err(|source| TokenizerError::Build { source })?;
+        let add_space_prefix = match content.metadata.get(keys::ADD_SPACE_PREFIX) {
+            None => true,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => return Err(wrong_type(keys::ADD_SPACE_PREFIX, "a bool", other)),
+        };
+        let mut normalizers: Vec<tokenizers::NormalizerWrapper> = Vec::new();
+        if add_space_prefix {
+            normalizers.push(tokenizers::normalizers::Prepend::new("▁".to_owned()).into());
+        }
+        normalizers.push(
+            tokenizers::normalizers::Replace::new(" ", "▁")
+                .map_err(|source| TokenizerError::Build { source })?
+                .into(),
+        );
+        let mut decoders: Vec<tokenizers::DecoderWrapper> = vec![
+            tokenizers::normalizers::Replace::new("▁", " ")
+                .map_err(|source| TokenizerError::Build { source })?
+                .into(),
+        ];
+        decoders.push(tokenizers::decoders::byte_fallback::ByteFallback::default().into());
+        decoders.push(tokenizers::decoders::fuse::Fuse::default().into());
+        if add_space_prefix {
+            decoders.push(tokenizers::decoders::strip::Strip::new(' ', 1, 0).into());
+        }
+        let added = added_tokens(content, &tokens)?;
+        let continuation = if add_space_prefix {
+            let mut bare = tokenizers::Tokenizer::new(bpe.clone());
+            bare.with_normalizer(Some(
+                tokenizers::normalizers::Replace::new(" ", "▁")
+                    .map_err(|source| TokenizerError::Build { source })?,
+            ))
+            .map_err(|source| TokenizerError::Build { source })?;
+            Some(Continuation {
+                bare,
+                added: added.iter().map(|t| t.content.clone()).collect(),
+            })
+        } else {
+            None
+        };
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        inner
+            .with_normalizer(Some(tokenizers::normalizers::Sequence::new(normalizers)))
+            .map_err(|source| TokenizerError::Build { source })?
+            .with_decoder(Some(tokenizers::decoders::sequence::Sequence::new(
+                decoders,
+            )));
+        let (specials, plain): (Vec<AddedToken>, Vec<AddedToken>) =
+            added.into_iter().partition(|t| t.special);
+        inner
+            .add_special_tokens(specials)
+            .map_err(|source| TokenizerError::Build { source })?;
+        inner
+            .add_tokens(plain)
+            .map_err(|source| TokenizerError::Build { source })?;
+        let add_bos = match content.metadata.get(keys::ADD_BOS) {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => return Err(wrong_type(keys::ADD_BOS, "a bool", other)),
+        };
+        Ok(Self {
+            bos: optional_id(content, keys::BOS, vocab_size)?,
+            eos: optional_id(content, keys::EOS, vocab_size)?,
+            pad: optional_id(content, keys::PAD, vocab_size)?,
+            add_bos,
+            vocab_size,
+            inner,
+            continuation,
         })
     }
 
@@ -439,6 +577,7 @@ impl TextTokenizer {
             eos,
             pad,
             add_bos,
+            continuation: None,
         })
     }
 
@@ -449,6 +588,31 @@ impl TextTokenizer {
             .encode_fast(text, false)
             .map_err(|source| TokenizerError::Encode { source })?;
         Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The ids of `text` where it continues a prompt rather than starts one. The same as
+    /// [`Self::encode`] but for a SentencePiece vocabulary that puts `▁` before a text, whose
+    /// continuation gets none before its first special token (see [`Continuation`]): so a
+    /// prompt encoded in parts is the prompt encoded whole when the cut is not after a special
+    /// token.
+    pub fn encode_continuation(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let Some(continuation) = &self.continuation else {
+            return self.encode(text);
+        };
+        let cut = continuation
+            .added
+            .iter()
+            .filter_map(|token| text.find(token.as_str()))
+            .min()
+            .unwrap_or(text.len());
+        let mut ids = continuation
+            .bare
+            .encode_fast(&text[..cut], false)
+            .map_err(|source| TokenizerError::Encode { source })?
+            .get_ids()
+            .to_vec();
+        ids.extend(self.encode(&text[cut..])?);
+        Ok(ids)
     }
 
     /// The text of `ids`, special tokens included as written.
@@ -529,6 +693,36 @@ fn added_tokens(content: &Content, tokens: &[&str]) -> Result<Vec<AddedToken>, T
         }
     }
     Ok(added)
+}
+
+/// The merges a SentencePiece BPE vocabulary's scores imply (Hugging Face's
+/// `SentencePieceExtractor`): for each piece, in id order, every split into two pieces of the
+/// vocabulary, those ordered by the halves' ids; then all of them ordered by the whole piece's
+/// score, highest first, a stable sort keeping the id order among equal scores.
+fn sentencepiece_merges(
+    tokens: &[&str],
+    scores: &[f32],
+    vocab: &tokenizers::models::bpe::Vocab,
+) -> Vec<(String, String)> {
+    let mut merges: Vec<(u32, u32, f32)> = Vec::new();
+    for (piece, &score) in tokens.iter().zip(scores) {
+        let mut local: Vec<(u32, u32)> = piece
+            .char_indices()
+            .skip(1)
+            .filter_map(|(at, _)| {
+                let left = vocab.get(&piece[..at])?;
+                let right = vocab.get(&piece[at..])?;
+                Some((*left, *right))
+            })
+            .collect();
+        local.sort_unstable();
+        merges.extend(local.into_iter().map(|(l, r)| (l, r, score)));
+    }
+    merges.sort_by(|a, b| b.2.total_cmp(&a.2));
+    merges
+        .into_iter()
+        .map(|(l, r, _)| (tokens[l as usize].to_owned(), tokens[r as usize].to_owned()))
+        .collect()
 }
 
 /// The pre-tokenizer's regex splits, each piece isolated, then GPT-2's byte-level mapping.

@@ -1,5 +1,6 @@
 //! [`LlamaCppBackend`]: a GGUF decoder on llama.cpp behind the [`Backend`] port, tokenized and
-//! templated by the project's own code so both backends read the same ids.
+//! templated by the project's own code so both backends read the same ids (or, for a
+//! vocabulary that code cannot build, by llama.cpp's own: [`crate::text`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,9 +14,10 @@ use ruling_backend::{
     Backend, BackendError, BackendInfo, Branch, BranchLogits, Cancel, ChatMessage, Decoding,
     Generation, Generator, ImageBudget, Picture, Sampling, VisionInfo,
 };
-use ruling_candle::{ChatText, TextTokenizer};
+use ruling_candle::TextTokenizer;
 
 use crate::error::LoadError;
+use crate::text::{Text, llama_tokenize};
 use crate::worker::{ContextShape, ImagePrompt, OwnedBranch, Pool, SavedPrefix};
 
 /// KV cells a context holds unless asked for more: the cache is allocated whole at load, and
@@ -94,7 +96,7 @@ pub struct LlamaCppBackend {
     /// before the model it points into.
     mtmd: Option<Arc<Mutex<MtmdContext>>>,
     info: BackendInfo,
-    text: ChatText,
+    text: Text,
     vocab: usize,
     max_branch: usize,
     model: Arc<LlamaModel>,
@@ -144,13 +146,23 @@ impl LlamaCppBackend {
         {
             return Err(LoadError::NotGguf(path.into()));
         }
-        let text = ChatText::from_gguf(path)?;
+        let ours = Text::ours(path)?;
         let runtime = runtime()?;
         let model = LlamaModel::load_from_file(runtime, path, &LlamaModelParams::default())
             .map_err(|err| LoadError::Model {
                 path: path.into(),
                 message: err.to_string(),
             })?;
+        let text = match ours {
+            Ok(text) => text,
+            Err(reason) => {
+                tracing::info!(
+                    "{}: tokenized by llama.cpp's own vocabulary ({reason})",
+                    path.display()
+                );
+                Text::llama(path, &model)?
+            }
+        };
         let trained = model.n_ctx_train() as usize;
         let context_length = options
             .context_length
@@ -189,7 +201,7 @@ impl LlamaCppBackend {
                 revision: options.revision.clone(),
                 context_length,
                 vision,
-                max_token_bytes: text.tokenizer().max_token_bytes(),
+                max_token_bytes: text.max_token_bytes(&model),
                 adapter_digest: None,
             },
             text,
@@ -201,19 +213,16 @@ impl LlamaCppBackend {
         })
     }
 
-    pub fn tokenizer(&self) -> &TextTokenizer {
+    /// ruling's tokenizer of this model, or `None` where llama.cpp's own vocabulary tokenizes
+    /// it (a vocabulary ruling's tokenizer cannot build).
+    pub fn tokenizer(&self) -> Option<&TextTokenizer> {
         self.text.tokenizer()
     }
 
     /// llama.cpp's own tokenization of `text` (no special tokens added, special tokens in the
     /// text recognised), to check it against the project's tokenizer.
     pub fn llama_tokenize(&self, text: &str) -> Vec<u32> {
-        self.model
-            .vocab()
-            .tokenize(text.as_bytes(), false, true)
-            .into_iter()
-            .map(|t| t.0 as u32)
-            .collect()
+        llama_tokenize(&self.model, text)
     }
 
     /// A prompt with images for llama.cpp's multimodal library, or the reason there is none.
@@ -325,7 +334,11 @@ impl Backend for LlamaCppBackend {
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, BackendError> {
-        self.text.encode(text)
+        self.text.encode(&self.model, text)
+    }
+
+    fn encode_continuation(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        self.text.encode_continuation(&self.model, text)
     }
 
     fn encode_prefix(&self, tokens: &[u32]) -> Result<LlamaPrefix, BackendError> {
@@ -444,7 +457,7 @@ impl Generator for LlamaCppBackend {
     }
 
     fn decode(&self, tokens: &[u32]) -> Result<String, BackendError> {
-        self.text.decode(tokens)
+        self.text.decode(&self.model, tokens)
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod backend;
 mod error;
+mod text;
 mod worker;
 
 pub use backend::{

@@ -231,6 +231,10 @@ impl Backend for OpenAiBackend {
         self.text.encode(text)
     }
 
+    fn encode_continuation(&self, text: &str) -> Result<Vec<u32>, BackendError> {
+        self.text.encode_continuation(text)
+    }
+
     fn encode_prefix(&self, tokens: &[u32]) -> Result<RemotePrefix, BackendError> {
         Ok(RemotePrefix {
             text: self.text.decode(tokens)?,

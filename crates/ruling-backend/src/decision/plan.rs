@@ -232,7 +232,9 @@ impl<B: Backend> DecoderEngine<B> {
         rendered: &RenderedQuestion,
         tail: &str,
     ) -> Result<Vec<u32>, EngineError> {
-        Ok(self.backend.encode(&format!("{}{tail}", rendered.text))?)
+        Ok(self
+            .backend
+            .encode_continuation(&format!("{}{tail}", rendered.text))?)
     }
 
     /// A question's stem and each rotation's branch after it, when stems are on, the question
@@ -254,12 +256,12 @@ impl<B: Backend> DecoderEngine<B> {
         {
             return Ok(None);
         }
-        let stem = self.backend.encode(stem_text)?;
+        let stem = self.backend.encode_continuation(stem_text)?;
         let mut rests = Vec::with_capacity(rotations.len());
         for rendered in rotations {
             let rest = self
                 .backend
-                .encode(&format!("{}{tail}", &rendered.text[rendered.stem_len..]))?;
+                .encode_continuation(&format!("{}{tail}", &rendered.text[rendered.stem_len..]))?;
             let whole = self.encode_branch(rendered, tail)?;
             if rest.is_empty()
                 || whole.len() != stem.len() + rest.len()
@@ -449,7 +451,9 @@ impl<B: Backend> DecoderEngine<B> {
             plan.passes.push(Pass {
                 question: index,
                 keys: rendered.keys.clone(),
-                tokens: self.backend.encode(&format!("{branch}{}", head.tail))?,
+                tokens: self
+                    .backend
+                    .encode_continuation(&format!("{branch}{}", head.tail))?,
                 stem: None,
                 base: Base::Head(plan.heads.len()),
             });
