@@ -165,7 +165,7 @@ pub static CATALOG: &[CatalogEntry] = &[
     },
     CatalogEntry {
         name: "gemma3-270m",
-        description: "gemma-3-270m base (not instruction-tuned, no chat template), GGUF Q4_K_M",
+        description: "gemma-3-270m base (not instruction-tuned; Gemma 3's official chat template), GGUF Q4_K_M",
         upstream: "google/gemma-3-270m",
         licence: "Gemma Terms of Use",
         format: Format::Gguf,
