@@ -592,7 +592,7 @@ impl TextTokenizer {
 
     /// The ids of `text` where it continues a prompt rather than starts one. The same as
     /// [`Self::encode`] but for a SentencePiece vocabulary that puts `▁` before a text, whose
-    /// continuation gets none before its first special token (see [`Continuation`]): so a
+    /// continuation gets none before its first special token: so a
     /// prompt encoded in parts is the prompt encoded whole when the cut is not after a special
     /// token.
     pub fn encode_continuation(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
