@@ -248,6 +248,18 @@ impl ChatTemplate {
         Self::new(source, special("bos_token"), special("eos_token"))
     }
 
+    /// Whether the template takes a system turn (templates that do not raise on one).
+    pub fn accepts_system_role(&self) -> bool {
+        self.render(
+            &[
+                ChatMessage::new(ruling_backend::Role::System, "s"),
+                ChatMessage::new(ruling_backend::Role::User, "u"),
+            ],
+            true,
+        )
+        .is_ok()
+    }
+
     /// Renders `messages`; with `add_generation_prompt` the text ends where the assistant's
     /// reply begins.
     pub fn render(

@@ -23,15 +23,7 @@ pub struct ChatText {
 
 impl ChatText {
     pub fn new(tokenizer: TextTokenizer, template: ChatTemplate) -> Self {
-        let system_role = template
-            .render(
-                &[
-                    ChatMessage::new(Role::System, "s"),
-                    ChatMessage::new(Role::User, "u"),
-                ],
-                true,
-            )
-            .is_ok();
+        let system_role = template.accepts_system_role();
         let end_tokens = end_tokens(&tokenizer, &template);
         Self {
             tokenizer,

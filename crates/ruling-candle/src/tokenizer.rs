@@ -377,6 +377,18 @@ impl TextTokenizer {
             .with_pre_tokenizer(Some(pre_tokenizer(&pre)?))
             .with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
         // Every one of these is already in the BPE vocabulary, so each keeps its GGUF id.
+        Self::finish_gguf(content, inner, added, vocab_size, None)
+    }
+
+    /// The GGUF's control and user-defined tokens added to `inner` (each keeps its id), and
+    /// the BOS/EOS/PAD ids and `add_bos_token` read from the metadata.
+    fn finish_gguf(
+        content: &Content,
+        mut inner: tokenizers::Tokenizer,
+        added: Vec<AddedToken>,
+        vocab_size: usize,
+        continuation: Option<Continuation>,
+    ) -> Result<Self, TokenizerError> {
         let (specials, plain): (Vec<AddedToken>, Vec<AddedToken>) =
             added.into_iter().partition(|t| t.special);
         inner
@@ -385,7 +397,6 @@ impl TextTokenizer {
         inner
             .add_tokens(plain)
             .map_err(|source| TokenizerError::Build { source })?;
-
         let add_bos = match content.metadata.get(keys::ADD_BOS) {
             None => false,
             Some(Value::Bool(b)) => *b,
@@ -398,7 +409,7 @@ impl TextTokenizer {
             add_bos,
             vocab_size,
             inner,
-            continuation: None,
+            continuation,
         })
     }
 
@@ -491,28 +502,7 @@ impl TextTokenizer {
             .with_decoder(Some(tokenizers::decoders::sequence::Sequence::new(
                 decoders,
             )));
-        let (specials, plain): (Vec<AddedToken>, Vec<AddedToken>) =
-            added.into_iter().partition(|t| t.special);
-        inner
-            .add_special_tokens(specials)
-            .map_err(|source| TokenizerError::Build { source })?;
-        inner
-            .add_tokens(plain)
-            .map_err(|source| TokenizerError::Build { source })?;
-        let add_bos = match content.metadata.get(keys::ADD_BOS) {
-            None => false,
-            Some(Value::Bool(b)) => *b,
-            Some(other) => return Err(wrong_type(keys::ADD_BOS, "a bool", other)),
-        };
-        Ok(Self {
-            bos: optional_id(content, keys::BOS, vocab_size)?,
-            eos: optional_id(content, keys::EOS, vocab_size)?,
-            pad: optional_id(content, keys::PAD, vocab_size)?,
-            add_bos,
-            vocab_size,
-            inner,
-            continuation,
-        })
+        Self::finish_gguf(content, inner, added, vocab_size, continuation)
     }
 
     /// Loads a Hugging Face tokenizer directory: its `tokenizer.json`, and from

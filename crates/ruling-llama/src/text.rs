@@ -9,7 +9,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
-use ruling_backend::{BackendError, ChatMessage, Role};
+use ruling_backend::{BackendError, ChatMessage};
 use ruling_candle::{ChatTemplate, ChatText, TextTokenizer, TokenizerError};
 
 use crate::error::LoadError;
@@ -54,15 +54,7 @@ impl Text {
         })?;
         let template = ChatTemplate::from_gguf(&content)
             .map_err(|err| LoadError::from(ruling_candle::LoadError::from(err)))?;
-        let system_role = template
-            .render(
-                &[
-                    ChatMessage::new(Role::System, "s"),
-                    ChatMessage::new(Role::User, "u"),
-                ],
-                true,
-            )
-            .is_ok();
+        let system_role = template.accepts_system_role();
         let vocab = model.vocab();
         let end_tokens = (0..vocab.n_tokens())
             .filter(|&id| vocab.is_eog(LlamaToken(id)))
